@@ -1,0 +1,45 @@
+# dralet developer entry points. Every target installs what it needs into .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+
+.PHONY: install demo test check lint typecheck imports protos-check bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e . --group dev
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/dralet demo
+
+test: install
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+imports: install
+	$(VENV)/bin/lint-imports
+
+# The committed stubs must be what the pinned generator makes from the .proto files.
+protos-check: install
+	$(PIP) install -q --group codegen
+	scripts/gen-protos
+	git diff --exit-code -- src/dralet/protocol/proto
+
+check: lint typecheck imports protos-check
+
+bench: install
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

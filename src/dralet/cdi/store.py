@@ -1,0 +1,106 @@
+"""Transient per-claim CDI spec files in the CDI directory.
+
+One file per claim: ``<vendor>-<class>_<claimUID>.json`` (the CDI library's transient
+spec name), written atomically through ``fsutil.atomic_write`` and removed by unlink.
+``scan`` lists the files of our kind only, so two drivers can share one CDI directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dralet import failpoints, fsutil
+from dralet.cdi import names, spec
+
+__all__ = ["DEFAULT_CDI_DIR", "SpecFile", "SpecStore"]
+
+DEFAULT_CDI_DIR = Path("/var/run/cdi")
+
+FAILPOINT_WRITE = "cdi.write"
+FAILPOINT_REMOVE = "cdi.remove"
+failpoints.declare(
+    *(
+        f"{FAILPOINT_WRITE}.{step}"
+        for step in ("before-fsync", "after-fsync", "after-rename", "after-dir-fsync")
+    ),
+    f"{FAILPOINT_REMOVE}.before-unlink",
+    f"{FAILPOINT_REMOVE}.after-unlink",
+)
+
+
+@dataclass(frozen=True)
+class SpecFile:
+    """A spec file of ours found in the CDI directory."""
+
+    claim_uid: str
+    path: Path
+
+
+class SpecStore:
+    """The CDI directory as seen by one driver (one vendor/class kind)."""
+
+    def __init__(self, cdi_dir: Path, kind: str) -> None:
+        vendor, cdi_class = names.validate_kind(kind)
+        self.cdi_dir = cdi_dir
+        self.kind = kind
+        self._prefix = f"{vendor}-{cdi_class}_"
+
+    def path_for(self, claim_uid: str) -> Path:
+        return self.cdi_dir / f"{self._prefix}{claim_uid.replace('/', '_')}.json"
+
+    def ensure_dir(self) -> None:
+        # The CDI dir is read by the runtime, which may run as another user: 0755 like the
+        # Go CDI library; the spec files inside stay 0644 for the same reason.
+        self.cdi_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+
+    def write(self, claim_uid: str, document: dict[str, Any]) -> Path:
+        """Write a claim's spec document atomically; it is parsed back first, strictly."""
+        spec.from_json(document)
+        self.ensure_dir()
+        path = self.path_for(claim_uid)
+        data = json.dumps(document, indent=2, sort_keys=False).encode() + b"\n"
+        fsutil.atomic_write(path, data, mode=0o644, failpoint=FAILPOINT_WRITE)
+        return path
+
+    def remove(self, claim_uid: str) -> bool:
+        """Unlink a claim's spec; True if it existed. A missing file is success."""
+        return fsutil.remove_file(self.path_for(claim_uid), failpoint=FAILPOINT_REMOVE)
+
+    def exists(self, claim_uid: str) -> bool:
+        return self.path_for(claim_uid).is_file()
+
+    def read(self, claim_uid: str) -> dict[str, Any] | None:
+        try:
+            with open(self.path_for(claim_uid), encoding="utf-8") as f:
+                document: dict[str, Any] = json.load(f)
+                return document
+        except FileNotFoundError:
+            return None
+
+    def scan(self) -> list[SpecFile]:
+        """Every spec file of our kind in the CDI directory, sorted by claim UID."""
+        found: list[SpecFile] = []
+        try:
+            entries = list(os.scandir(self.cdi_dir))
+        except FileNotFoundError:
+            return found
+        for entry in entries:
+            if entry.name.startswith(self._prefix) and entry.name.endswith(".json"):
+                uid = entry.name[len(self._prefix) : -len(".json")]
+                found.append(SpecFile(uid, Path(entry.path)))
+        return sorted(found, key=lambda f: f.claim_uid)
+
+    def stray_temp_files(self) -> list[Path]:
+        """Temp files a crash left behind (never loaded by runtimes; safe to remove)."""
+        try:
+            return sorted(
+                Path(e.path)
+                for e in os.scandir(self.cdi_dir)
+                if e.name.startswith("." + self._prefix) and e.name.endswith(fsutil.TEMP_SUFFIX)
+            )
+        except FileNotFoundError:
+            return []

@@ -1,0 +1,99 @@
+"""How the ledger reads ResourceClaims and keeps its finalizer on them.
+
+``ClaimSource`` is the port: the real implementation is ``dralet.kube.ClaimClient``
+(the Kubernetes API through the official client); tests and the demo point it at the
+in-process API stand-in. ``select_allocation`` is the pure check that a fetched claim is
+the one the kubelet meant and is allocated to this driver on this node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from dralet import errors
+from dralet.node.backend import AllocatedDevice, ClaimRef
+
+__all__ = ["ClaimSource", "finalizer_name", "select_allocation"]
+
+
+class ClaimSource(Protocol):
+    async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The ResourceClaim as a JSON dict, or None when it does not exist."""
+        ...
+
+    async def add_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+        """Add ``finalizer`` to the claim with this UID; False if that claim is gone."""
+        ...
+
+    async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+        """Remove ``finalizer``; True also when the claim (with this UID) is already gone."""
+        ...
+
+
+def finalizer_name(driver: str) -> str:
+    return f"{driver}/prepared"
+
+
+def base_request_name(request: str) -> str:
+    """``req/sub`` → ``req``: the kubelet matches containers on the base request name."""
+    return request.split("/", 1)[0]
+
+
+def select_allocation(
+    claim: Mapping[str, Any] | None, ref: ClaimRef, *, driver: str, pool: str
+) -> list[AllocatedDevice]:
+    """The allocation results of ``claim`` that this driver must prepare on this node.
+
+    Raises ``ClaimError`` with a message for the pod's event when the claim is gone,
+    replaced (other UID), being deleted before it was prepared, not allocated, not
+    reserved for any pod, or has no device of ours on this node.
+    """
+    where = f"ResourceClaim {ref.namespace}/{ref.name}"
+    if claim is None:
+        raise errors.ClaimError(ref.uid, f"{where} not found")
+    metadata = claim.get("metadata", {})
+    if metadata.get("uid") != ref.uid:
+        raise errors.ClaimError(
+            ref.uid, f"{where} was replaced: it has UID {metadata.get('uid')}, not {ref.uid}"
+        )
+    status = claim.get("status") or {}
+    allocation = status.get("allocation")
+    if not allocation:
+        raise errors.ClaimError(ref.uid, f"{where} is not allocated")
+    if not status.get("reservedFor"):
+        raise errors.ClaimError(ref.uid, f"{where} is not reserved for any pod")
+    results = (allocation.get("devices") or {}).get("results") or []
+    configs = [
+        c
+        for c in (allocation.get("devices") or {}).get("config") or []
+        if (c.get("opaque") or {}).get("driver") == driver
+    ]
+    mine: list[AllocatedDevice] = []
+    for result in results:
+        if result.get("driver") != driver:
+            continue
+        if result.get("pool") != pool:
+            continue
+        request = str(result.get("request", ""))
+        mine.append(
+            AllocatedDevice(
+                request=base_request_name(request),
+                pool=str(result["pool"]),
+                device=str(result.get("device", "")),
+                admin_access=bool(result.get("adminAccess", False)),
+                share_id=str(result.get("shareID", "") or ""),
+                config=tuple(
+                    c["opaque"].get("parameters") or {}
+                    for c in configs
+                    if not c.get("requests")
+                    or request in c["requests"]
+                    or base_request_name(request) in c["requests"]
+                ),
+            )
+        )
+    if not mine:
+        raise errors.ClaimError(
+            ref.uid, f"{where} has no device allocated from driver {driver} in pool {pool}"
+        )
+    return mine

@@ -1,0 +1,30 @@
+"""Shared fixtures: a per-test task-leak check and temporary node directories."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from dralet import failpoints
+
+
+@pytest.fixture(autouse=True)
+async def _no_leaked_tasks() -> AsyncIterator[None]:
+    """Fail any async test that leaves background tasks running."""
+    before = set(asyncio.all_tasks())
+    yield
+    leftover = [
+        t for t in asyncio.all_tasks() - before if not t.done() and t is not asyncio.current_task()
+    ]
+    if leftover:
+        await asyncio.sleep(0)  # give just-cancelled tasks one turn to finish
+        leftover = [t for t in leftover if not t.done()]
+    assert not leftover, f"test leaked tasks: {[t.get_name() for t in leftover]}"
+
+
+@pytest.fixture(autouse=True)
+def _disarm_failpoints() -> Iterator[None]:
+    yield
+    failpoints.disarm()
