@@ -1,0 +1,343 @@
+"""The catalogue of every rule ``dralet validate`` reports: id, severity, a one-line
+title, why it matters, how to fix it, and a bad and a good example (``--explain ID``).
+
+DRA0xx are what the API server itself refuses (parse, schema, semantic rules, CEL);
+DRA1xx are lint rules for mistakes the API server accepts but that break or endanger
+scheduling and node preparation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dralet.validation.diagnostics import Severity
+
+__all__ = ["RULES", "Rule", "rule"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule; ``why`` and ``fix`` are single lines, the examples short manifests."""
+
+    id: str
+    severity: Severity
+    title: str
+    why: str
+    fix: str
+    bad: str
+    good: str
+
+
+_E = Severity.ERROR
+_W = Severity.WARNING
+
+_REQUEST_V1BETA1 = """\
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceClaimTemplate
+metadata: {{name: gpu}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        deviceClassName: gpu.example.com
+{extra}"""
+
+_SLICE = """\
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceSlice
+metadata: {{name: node-1-gpu}}
+spec:
+  driver: gpu.example.com
+  pool: {{name: node-1, generation: 0, resourceSliceCount: 1}}
+  nodeName: node-1
+  devices:
+  - name: {device}
+    basic:
+      attributes:
+{attributes}"""
+
+_POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {{name: train}}
+spec:
+{claims}  containers:
+  - name: main
+    image: registry.example.com/train:1
+    resources:
+{resources}"""
+
+_ALL: tuple[Rule, ...] = (
+    Rule(
+        "DRA001",
+        _E,
+        "file is not valid YAML or JSON",
+        "Nothing in a file that does not parse can be applied or checked.",
+        "Fix the syntax at the reported position (indentation, quoting, duplicate keys).",
+        "metadata:\n  name: gpu\n   labels: {}\n",
+        "metadata:\n  name: gpu\n  labels: {}\n",
+    ),
+    Rule(
+        "DRA002",
+        _W,
+        "document is not a Kubernetes object",
+        "A document without apiVersion and kind is skipped by kubectl and by this check.",
+        "Add apiVersion and kind, or keep non-manifest YAML out of the checked paths.",
+        "replicas: 3\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {replicas: '3'}\n",
+    ),
+    Rule(
+        "DRA003",
+        _E,
+        "apiVersion not served by the target Kubernetes version",
+        "The API server refuses objects of an API version it does not serve.",
+        "Use a served version: resource.k8s.io/v1beta1 on 1.32, v1beta2 from 1.33, v1 from 1.34.",
+        "# --kubernetes-version 1.32\napiVersion: resource.k8s.io/v1\nkind: DeviceClass\n"
+        "metadata: {name: gpu.example.com}\n",
+        "apiVersion: resource.k8s.io/v1beta1\nkind: DeviceClass\n"
+        "metadata: {name: gpu.example.com}\n",
+    ),
+    Rule(
+        "DRA004",
+        _E,
+        "does not match the Kubernetes schema",
+        "Unknown fields, wrong types and missing required fields are refused by the API server "
+        "(strict field validation) or silently dropped.",
+        "Correct the field's name, type or placement for the object's apiVersion.",
+        _REQUEST_V1BETA1.format(extra="        count: two\n"),
+        _REQUEST_V1BETA1.format(extra="        count: 2\n"),
+    ),
+    Rule(
+        "DRA010",
+        _E,
+        "allocationMode is neither ExactCount nor All",
+        "A device request supports only ExactCount and All; WaitForFirstConsumer and Immediate "
+        "were claim-level modes of the removed v1alpha2 API and are refused.",
+        "Remove allocationMode (it defaults to ExactCount, allocated when the pod is scheduled) "
+        "or set All.",
+        _REQUEST_V1BETA1.format(extra="        allocationMode: WaitForFirstConsumer\n"),
+        _REQUEST_V1BETA1.format(extra="        allocationMode: ExactCount\n        count: 1\n"),
+    ),
+    Rule(
+        "DRA011",
+        _E,
+        "count is invalid for the allocation mode",
+        "With ExactCount the count must be greater than zero; with All it must not be set.",
+        "Set count to 1 or more with ExactCount, or remove count with allocationMode All.",
+        _REQUEST_V1BETA1.format(extra="        allocationMode: All\n        count: 2\n"),
+        _REQUEST_V1BETA1.format(extra="        allocationMode: All\n"),
+    ),
+    Rule(
+        "DRA012",
+        _E,
+        "name has the wrong format",
+        "The API server checks every name: DNS labels for requests and devices, DNS subdomains "
+        "for objects, classes and pools, driver names, and qualified names (C identifiers of at "
+        "most 32 characters, with an optional domain) for attributes and capacities.",
+        "Rename to the format the message states (lower-case letters, digits, '-' and '.').",
+        _REQUEST_V1BETA1.format(extra="").replace("- name: gpu", "- name: GPU_0"),
+        _REQUEST_V1BETA1.format(extra="").replace("- name: gpu", "- name: gpu-0"),
+    ),
+    Rule(
+        "DRA013",
+        _E,
+        "list or map exceeds its limit",
+        "The API server caps lists: 32 requests, selectors, constraints and configs, 8 "
+        "subrequests, 128 devices per slice, 32 attributes and capacities per device.",
+        "Split the object (more slices, fewer requests per claim) or merge entries.",
+        "# a ResourceSlice with 129 devices\n",
+        "# two ResourceSlices of the same pool (resourceSliceCount: 2), 64 + 65 devices\n",
+    ),
+    Rule(
+        "DRA014",
+        _E,
+        "attribute or capacity value is invalid",
+        "An attribute sets exactly one of int, bool, string or version; strings and versions "
+        "are at most 64 characters, versions strict semver; capacities must be quantities.",
+        "Set one value of the right type: version: 1.2.3 (no 'v'), capacity value: 80Gi.",
+        _SLICE.format(device="gpu-0", attributes="        driverVersion: {version: v550.54}\n"),
+        _SLICE.format(device="gpu-0", attributes="        driverVersion: {version: 550.54.0}\n"),
+    ),
+    Rule(
+        "DRA015",
+        _E,
+        "node selection is missing, ambiguous or malformed",
+        "A slice names where its devices are with exactly one of nodeName, nodeSelector, allNodes "
+        "(or perDeviceNodeSelection where it exists); a nodeSelector has exactly one term.",
+        "Keep exactly one of the fields; node-local drivers set nodeName.",
+        _SLICE.format(device="gpu-0", attributes="        model: {string: H100}\n").replace(
+            "  nodeName: node-1\n", "  nodeName: node-1\n  allNodes: true\n"
+        ),
+        _SLICE.format(device="gpu-0", attributes="        model: {string: H100}\n"),
+    ),
+    Rule(
+        "DRA016",
+        _E,
+        "duplicate name",
+        "Request names must be unique in a claim and device names unique in a slice (and pool); "
+        "duplicates are refused or make the pool invalid for the scheduler.",
+        "Give every request and every device its own name.",
+        "requests:\n- {name: gpu, deviceClassName: gpu.example.com}\n"
+        "- {name: gpu, deviceClassName: gpu.example.com}\n",
+        "requests:\n- {name: gpu-0, deviceClassName: gpu.example.com}\n"
+        "- {name: gpu-1, deviceClassName: gpu.example.com}\n",
+    ),
+    Rule(
+        "DRA017",
+        _E,
+        "constraint or config names an unknown request",
+        "Constraint and config 'requests' entries must be names of requests in the same claim.",
+        "Use a request name from spec.devices.requests (or request/subrequest).",
+        "constraints:\n- requests: [gpus]\n  matchAttribute: gpu.example.com/numa\n",
+        "constraints:\n- requests: [gpu]\n  matchAttribute: gpu.example.com/numa\n",
+    ),
+    Rule(
+        "DRA018",
+        _E,
+        "required field missing or fields that exclude each other",
+        "The API server requires a class per request, cel per selector, matchAttribute per "
+        "constraint, opaque per config, basic per v1beta1 device, and exactly one of "
+        "exactly/firstAvailable per v1/v1beta2 request.",
+        "Add the named field, or remove the field the message says may not be combined.",
+        "requests:\n- name: gpu\n  exactly: {deviceClassName: gpu.example.com}\n"
+        "  firstAvailable: [{name: big, deviceClassName: big-gpu.example.com}]\n",
+        "requests:\n- name: gpu\n  exactly: {deviceClassName: gpu.example.com}\n",
+    ),
+    Rule(
+        "DRA019",
+        _E,
+        "opaque configuration parameters are invalid",
+        "Opaque parameters must be a non-empty JSON object of at most 10 KiB, for a valid "
+        "driver name.",
+        "Make parameters an object (e.g. {apiVersion: ..., kind: ...}) under 10 KiB.",
+        "config:\n- opaque:\n    driver: gpu.example.com\n    parameters: [sharing]\n",
+        "config:\n- opaque:\n    driver: gpu.example.com\n"
+        "    parameters: {apiVersion: gpu.example.com/v1, kind: GpuConfig}\n",
+    ),
+    Rule(
+        "DRA020",
+        _E,
+        "CEL selector does not compile",
+        "The API server compiles every selector in the DRA CEL environment and refuses those "
+        "that fail or do not return bool.",
+        'Fix the expression at the reported column; use device.attributes["domain"].name.',
+        'selectors:\n- cel:\n    expression: device.attributes["gpu.example.com"].model = "H100"\n',
+        "selectors:\n- cel:\n    expression: "
+        'device.attributes["gpu.example.com"].model == "H100"\n',
+    ),
+    Rule(
+        "DRA021",
+        _E,
+        "CEL selector is too long",
+        "Selector expressions are limited to 10 KiB.",
+        "Shorten the expression, or move common conditions into the DeviceClass.",
+        "# an expression of 10241 characters\n",
+        "# an expression of at most 10240 characters\n",
+    ),
+    Rule(
+        "DRA022",
+        _E,
+        "pool generation or slice count is invalid",
+        "pool.generation must be zero or more and pool.resourceSliceCount more than zero.",
+        "Start generation at 0 and set resourceSliceCount to the number of slices in the pool.",
+        "pool: {name: node-1, generation: -1, resourceSliceCount: 0}\n",
+        "pool: {name: node-1, generation: 0, resourceSliceCount: 1}\n",
+    ),
+    Rule(
+        "DRA101",
+        _W,
+        "legacy extended resource beside or instead of DRA claims",
+        "Device-plugin extended resources (e.g. nvidia.com/gpu) and DRA claims are separate "
+        "mechanisms; a device managed by both can be handed out twice.",
+        "Request the device through a ResourceClaim(Template) and drop the extended resource "
+        "(or back it with a DeviceClass extendedResourceName from 1.34).",
+        _POD.format(
+            claims="  resourceClaims:\n  - {name: gpu, resourceClaimTemplateName: gpu}\n",
+            resources="      limits: {nvidia.com/gpu: 1}\n      claims: [{name: gpu}]\n",
+        ),
+        _POD.format(
+            claims="  resourceClaims:\n  - {name: gpu, resourceClaimTemplateName: gpu}\n",
+            resources="      claims: [{name: gpu}]\n",
+        ),
+    ),
+    Rule(
+        "DRA102",
+        _E,
+        "container uses a claim the pod does not declare",
+        "resources.claims[].name must be one of the pod's spec.resourceClaims names; the API "
+        "server refuses the pod otherwise.",
+        "Declare the claim in spec.resourceClaims or correct the name.",
+        _POD.format(claims="", resources="      claims: [{name: gpu}]\n"),
+        _POD.format(
+            claims="  resourceClaims:\n  - {name: gpu, resourceClaimTemplateName: gpu}\n",
+            resources="      claims: [{name: gpu}]\n",
+        ),
+    ),
+    Rule(
+        "DRA103",
+        _E,
+        "container uses a request the claim does not have",
+        "resources.claims[].request must name a request of the referenced claim or template; "
+        "otherwise the container cannot get the devices it asks for.",
+        "Use one of the claim's request names (see its spec.devices.requests).",
+        _POD.format(
+            claims="  resourceClaims:\n  - {name: gpu, resourceClaimTemplateName: gpu}\n",
+            resources="      claims: [{name: gpu, request: gpus}]\n",
+        ),
+        _POD.format(
+            claims="  resourceClaims:\n  - {name: gpu, resourceClaimTemplateName: gpu}\n",
+            resources="      claims: [{name: gpu, request: gpu}]\n",
+        ),
+    ),
+    Rule(
+        "DRA104",
+        _W,
+        "ResourceClaim shared by different workloads without stated intent",
+        "Pods of different owners that name one ResourceClaim all get the same devices, which "
+        "is usually a copy-paste mistake where a ResourceClaimTemplate was meant.",
+        "Use resourceClaimTemplateName for per-pod devices, or state the sharing with the "
+        'annotation resource.dralet.dev/shared-claim: "true" on the claim or the workloads.',
+        "# Deployment a and Job b both set resourceClaimName: shared-gpu\n",
+        '# ResourceClaim shared-gpu carries resource.dralet.dev/shared-claim: "true"\n',
+    ),
+    Rule(
+        "DRA105",
+        _W,
+        "selectors match no device in the given slices",
+        "When the checked files include ResourceSlices, a request or class whose selectors match "
+        "none of their devices can never be allocated from them.",
+        "Correct the attribute names or values in the selector, or publish matching devices.",
+        'expression: device.attributes["gpu.example.com"].model == "H200"  # slices have H100\n',
+        'expression: device.attributes["gpu.example.com"].model == "H100"\n',
+    ),
+    Rule(
+        "DRA106",
+        _W,
+        "device or driver name is not safe in a CDI device name",
+        "Drivers hand devices to runtimes as CDI names vendor/class=device; a driver name must "
+        "be a valid CDI vendor (start with a letter, at least 2 characters) and a device name a "
+        "valid CDI device name.",
+        "Rename the device (letters, digits, '-', '_', '.', ':') or the driver.",
+        _SLICE.format(device="gpu/0", attributes="        model: {string: H100}\n"),
+        _SLICE.format(device="gpu-0", attributes="        model: {string: H100}\n"),
+    ),
+    Rule(
+        "DRA107",
+        _W,
+        "selector fails at run time on a published device",
+        "A CEL runtime error (such as a missing attribute) aborts scheduling of the pod instead "
+        "of skipping the device.",
+        'Guard lookups: "name" in device.attributes["domain"] && ...',
+        'expression: device.attributes["gpu.example.com"].numa == 0  # not all devices have numa\n',
+        'expression: \'"numa" in device.attributes["gpu.example.com"] && '
+        'device.attributes["gpu.example.com"].numa == 0\'\n',
+    ),
+)
+
+RULES: dict[str, Rule] = {r.id: r for r in _ALL}
+
+
+def rule(rule_id: str) -> Rule:
+    """The rule with this id; raises ``KeyError`` for an unknown id."""
+    return RULES[rule_id.upper()]

@@ -1,0 +1,286 @@
+"""Reading manifests: files, directories and stdin, split into Kubernetes objects whose
+every key and value can be located by line and column.
+
+The round-trip YAML parser (ruamel.yaml) keeps the position of each node; checks work on
+plain data (``dict``/``list``/scalars) and name places by path, and ``locate`` maps a path
+back to the node's position. JSON files are read by the same parser (JSON is YAML).
+``kind: List`` documents are split into their items.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path as FilePath
+from typing import Any, TextIO
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.scalarstring import (
+    DoubleQuotedScalarString,
+    FoldedScalarString,
+    LiteralScalarString,
+    SingleQuotedScalarString,
+)
+
+from dralet.validation.diagnostics import Anchor, Path
+
+__all__ = [
+    "MANIFEST_SUFFIXES",
+    "STDIN_NAME",
+    "LoadProblem",
+    "ManifestObject",
+    "Position",
+    "Source",
+    "locate",
+    "locate_scalar_text",
+    "parse_source",
+    "read_sources",
+]
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+"""Files a directory walk picks up."""
+STDIN_NAME = "<stdin>"
+"""How diagnostics name the standard input."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """A 1-based line and column."""
+
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class Source:
+    """The text of one input, with the name diagnostics use for it."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class LoadProblem:
+    """A file or document that could not be read as Kubernetes objects."""
+
+    file: str
+    position: Position
+    message: str
+    rule: str
+
+
+@dataclass(frozen=True)
+class ManifestObject:
+    """One Kubernetes object: its plain data and where it sits in its file."""
+
+    file: str
+    document: int
+    """0-based index of the YAML document in the file."""
+    data: dict[str, Any]
+    root: Any = field(repr=False, compare=False)
+    """The round-trip node of the whole document (for positions)."""
+    base: Path = ()
+    """Path of this object inside the document (``("items", 3)`` inside a List)."""
+    lines: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def api_version(self) -> str:
+        value = self.data.get("apiVersion")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def kind(self) -> str:
+        value = self.data.get("kind")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        value = self.data.get("metadata")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def name(self) -> str:
+        value = self.metadata.get("name")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def namespace(self) -> str:
+        """The object's namespace, ``default`` when the manifest leaves it out."""
+        value = self.metadata.get("namespace")
+        return value if isinstance(value, str) and value else "default"
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        value = self.metadata.get("annotations")
+        return value if isinstance(value, dict) else {}
+
+    def locate(self, path: Path, *, anchor: Anchor = Anchor.VALUE) -> Position:
+        return locate(self.root, self.base + path, anchor=anchor)
+
+    def locate_scalar_text(self, path: Path) -> Position:
+        return locate_scalar_text(self.root, self.base + path, lines=self.lines)
+
+
+def read_sources(paths: Sequence[str], *, stdin: TextIO) -> list[Source]:
+    """The inputs named on the command line; directories are walked, ``-`` is stdin."""
+    sources: list[Source] = []
+    for given in paths:
+        if given == "-":
+            sources.append(Source(STDIN_NAME, stdin.read()))
+            continue
+        path = FilePath(given)
+        if path.is_dir():
+            files = sorted(
+                p for p in path.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES
+            )
+        else:
+            files = [path]
+        sources.extend(Source(str(p), p.read_text(encoding="utf-8")) for p in files)
+    return sources
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    return yaml
+
+
+def parse_source(source: Source) -> tuple[list[ManifestObject], list[LoadProblem]]:
+    """Every Kubernetes object in one input, plus what could not be read."""
+    objects: list[ManifestObject] = []
+    problems: list[LoadProblem] = []
+    lines = tuple(source.text.splitlines())
+    try:
+        for index, root in enumerate(_yaml().load_all(io.StringIO(source.text))):
+            objects.extend(_objects(source.name, index, root, lines, problems))
+    except MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        position = Position(mark.line + 1, mark.column + 1) if mark else Position(1, 1)
+        reason = " ".join(part for part in (error.context, error.problem) if part)
+        problems.append(LoadProblem(source.name, position, f"not valid YAML: {reason}", "DRA001"))
+    except YAMLError as error:
+        problems.append(
+            LoadProblem(source.name, Position(1, 1), f"not valid YAML: {error}", "DRA001")
+        )
+    return objects, problems
+
+
+def _objects(
+    file: str,
+    index: int,
+    root: Any,
+    lines: tuple[str, ...],
+    problems: list[LoadProblem],
+) -> Iterator[ManifestObject]:
+    if root is None:
+        return
+    start = _start(root)
+    if not isinstance(root, CommentedMap):
+        problems.append(
+            LoadProblem(file, start, "document is not a Kubernetes object; skipped", "DRA002")
+        )
+        return
+    data = to_plain(root)
+    if data.get("kind") == "List" and isinstance(data.get("items"), list):
+        for item_index, item in enumerate(data["items"]):
+            base: Path = ("items", item_index)
+            if not isinstance(item, dict) or not item.get("apiVersion") or not item.get("kind"):
+                problems.append(
+                    LoadProblem(
+                        file,
+                        locate(root, base, anchor=Anchor.KEY),
+                        "list item has no apiVersion or kind; skipped",
+                        "DRA002",
+                    )
+                )
+                continue
+            yield ManifestObject(file, index, item, root, base, lines)
+        return
+    if not data.get("apiVersion") or not data.get("kind"):
+        problems.append(
+            LoadProblem(file, start, "document has no apiVersion or kind; skipped", "DRA002")
+        )
+        return
+    yield ManifestObject(file, index, data, root, (), lines)
+
+
+def to_plain(node: Any) -> Any:
+    """Round-trip nodes as the JSON the API server would receive."""
+    if isinstance(node, dict):
+        return {str(key): to_plain(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [to_plain(item) for item in node]
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    if isinstance(node, datetime.date):
+        return node.isoformat()
+    return str(node)
+
+
+def _start(node: Any) -> Position:
+    lc = getattr(node, "lc", None)
+    if lc is None or lc.line is None:
+        return Position(1, 1)
+    return Position(lc.line + 1, lc.col + 1)
+
+
+def _is_collection(node: Any) -> bool:
+    return isinstance(node, CommentedMap | CommentedSeq)
+
+
+def locate(root: Any, path: Iterable[str | int], *, anchor: Anchor = Anchor.VALUE) -> Position:
+    """Where the node at ``path`` sits; the deepest existing ancestor if it is missing.
+
+    ``Anchor.VALUE`` points at a scalar value itself, and at the key of a mapping or
+    list value (a list or mapping starts on the line after its key).
+    """
+    node = root
+    here = _start(root)
+    for step in path:
+        if isinstance(node, CommentedMap) and step in node:
+            key_line, key_col = node.lc.key(step)
+            value_line, value_col = node.lc.value(step)
+            child = node[step]
+            key_position = Position(key_line + 1, key_col + 1)
+            if anchor is Anchor.KEY or _is_collection(child):
+                here = key_position
+            else:
+                here = Position(value_line + 1, value_col + 1)
+            node = child
+        elif isinstance(node, CommentedSeq) and isinstance(step, int) and 0 <= step < len(node):
+            item_line, item_col = node.lc.item(step)
+            here = Position(item_line + 1, item_col + 1)
+            node = node[step]
+        else:
+            break
+    return here
+
+
+def locate_scalar_text(root: Any, path: Path, *, lines: Sequence[str]) -> Position:
+    """Where the text of the string at ``path`` starts: past a quote, or on the first
+    content line of a ``|`` or ``>`` block."""
+    position = locate(root, path)
+    node = root
+    for step in path:
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            return position
+    if isinstance(node, DoubleQuotedScalarString | SingleQuotedScalarString):
+        return Position(position.line, position.column + 1)
+    if isinstance(node, LiteralScalarString | FoldedScalarString):
+        for number in range(position.line, len(lines)):
+            text = lines[number]
+            if text.strip():
+                return Position(number + 1, len(text) - len(text.lstrip()) + 1)
+    return position

@@ -1,0 +1,227 @@
+"""One validation run: read the inputs, check every object (served apiVersion, schema,
+semantic rules, CEL), then the rules that look across objects (claim and request
+references, shared claims, selectors against the given slices), and return the
+diagnostics located and sorted by file, line and column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from dralet.validation import (
+    catalog,
+    claims,
+    classes,
+    expressions,
+    formats,
+    matching,
+    schemas,
+    slices,
+    workloads,
+)
+from dralet.validation.diagnostics import Anchor, Diagnostic, Finding, Path
+from dralet.validation.documents import ManifestObject, parse_source, read_sources
+from dralet.validation.targets import DRA_KINDS, WORKLOAD_KINDS, ApiShape, Target
+
+__all__ = ["Report", "validate_paths", "validate_sources"]
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a run found, and how much it read."""
+
+    diagnostics: tuple[Diagnostic, ...]
+    files: int
+    objects: int
+
+
+def validate_paths(paths: Sequence[str], *, target: Target, stdin: TextIO) -> Report:
+    return validate_sources(read_sources(paths, stdin=stdin), target=target)
+
+
+def _diagnostic(obj: ManifestObject, finding: Finding) -> Diagnostic:
+    if finding.anchor is Anchor.TEXT:
+        position = obj.locate_scalar_text(finding.path)
+    else:
+        position = obj.locate(finding.path, anchor=finding.anchor)
+    known = catalog.rule(finding.rule)
+    return Diagnostic(
+        obj.file,
+        position.line,
+        position.column,
+        known.id,
+        known.severity,
+        finding.message,
+        known.fix,
+    )
+
+
+def validate_sources(sources: Sequence[Any], *, target: Target) -> Report:
+    diagnostics: list[Diagnostic] = []
+    objects: list[ManifestObject] = []
+    for source in sources:
+        found, problems = parse_source(source)
+        objects.extend(found)
+        for problem in problems:
+            known = catalog.rule(problem.rule)
+            diagnostics.append(
+                Diagnostic(
+                    problem.file,
+                    problem.position.line,
+                    problem.position.column,
+                    known.id,
+                    known.severity,
+                    problem.message,
+                    known.fix,
+                )
+            )
+    run = _Run(target)
+    for obj in objects:
+        diagnostics.extend(_diagnostic(obj, f) for f in run.object_findings(obj))
+    diagnostics.extend(run.cross_object_diagnostics())
+    unique = sorted(set(diagnostics), key=Diagnostic.sort_key)
+    return Report(tuple(unique), len(sources), len(objects))
+
+
+class _Run:
+    """The objects of one run that the cross-object rules need, gathered while checking."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.templates: list[workloads.PodTemplate] = []
+        self.slices: list[tuple[ManifestObject, ApiShape]] = []
+        self.classes: dict[str, tuple[ManifestObject, list[tuple[int, str]]]] = {}
+        self.requesters: list[tuple[ManifestObject, ApiShape, Any, tuple[str, ...]]] = []
+        self.claim_requests: dict[workloads.ClaimKey, tuple[str, list[str]]] = {}
+        self.template_requests: dict[workloads.ClaimKey, tuple[str, list[str]]] = {}
+        self.claim_annotations: dict[workloads.ClaimKey, Any] = {}
+
+    def object_findings(self, obj: ManifestObject) -> Iterator[Finding]:
+        if obj.kind in DRA_KINDS:
+            yield from self._dra_findings(obj)
+        elif obj.kind in WORKLOAD_KINDS:
+            yield from self._workload_findings(obj)
+
+    def _served(self, obj: ManifestObject, message: str) -> Finding:
+        return Finding("DRA003", ("apiVersion",), message)
+
+    def _dra_findings(self, obj: ManifestObject) -> Iterator[Finding]:
+        shape = self.target.shape(obj.api_version)
+        validator = (
+            schemas.validator_for(self.target.kubernetes_version, obj.api_version, obj.kind)
+            if shape is not None
+            else None
+        )
+        if shape is None or validator is None:
+            yield self._served(obj, self.target.unserved_reason(obj.api_version))
+            return
+        yield from schemas.schema_findings(validator, obj.data, api_version=obj.api_version)
+        if obj.name:
+            problem = formats.dns_subdomain_problem(obj.name)
+            if problem is not None:
+                yield Finding("DRA012", ("metadata", "name"), f"name {obj.name!r}: {problem}")
+        spec = obj.data.get("spec")
+        key = (obj.namespace, obj.name)
+        if obj.kind == "DeviceClass":
+            yield from classes.device_class_findings(obj.data)
+            selectors = spec.get("selectors") if isinstance(spec, dict) else None
+            self.classes[obj.name] = (obj, expressions.selector_expressions(selectors))
+        elif obj.kind == "ResourceSlice":
+            yield from slices.slice_findings(obj.data, shape=shape)
+            self.slices.append((obj, shape))
+        elif obj.kind == "ResourceClaim":
+            yield from claims.claim_spec_findings(spec, shape=shape, path=("spec",))
+            self.requesters.append((obj, shape, spec, ("spec",)))
+            self.claim_requests[key] = (obj.kind, _request_names(spec))
+            self.claim_annotations[key] = obj.annotations
+        else:
+            inner = spec.get("spec") if isinstance(spec, dict) else None
+            yield from claims.claim_spec_findings(inner, shape=shape, path=("spec", "spec"))
+            self.requesters.append((obj, shape, inner, ("spec", "spec")))
+            self.template_requests[key] = (obj.kind, _request_names(inner))
+
+    def _workload_findings(self, obj: ManifestObject) -> Iterator[Finding]:
+        validator = schemas.validator_for(self.target.kubernetes_version, obj.api_version, obj.kind)
+        if validator is None:
+            expected = WORKLOAD_KINDS[obj.kind].api_version
+            yield self._served(
+                obj,
+                f"apiVersion {obj.api_version!r} does not serve {obj.kind} on Kubernetes "
+                f"{self.target.kubernetes_version}; use {expected}",
+            )
+            return
+        yield from schemas.schema_findings(validator, obj.data, api_version=obj.api_version)
+        template = workloads.pod_template(obj)
+        if template is not None:
+            self.templates.append(template)
+
+    def cross_object_diagnostics(self) -> Iterator[Diagnostic]:
+        dra_backed = {
+            str(obj.data["spec"]["extendedResourceName"])
+            for obj, _ in self.classes.values()
+            if isinstance(obj.data.get("spec"), dict)
+            and obj.data["spec"].get("extendedResourceName")
+        }
+        for template in self.templates:
+            for finding in workloads.pod_template_findings(
+                template,
+                claim_requests=self.claim_requests,
+                template_requests=self.template_requests,
+                dra_extended_resources=dra_backed,
+            ):
+                yield _diagnostic(template.source, finding)
+        for use, finding in workloads.shared_claim_findings(
+            self.templates, claim_annotations=self.claim_annotations
+        ):
+            yield _diagnostic(use.template.source, finding)
+        yield from self._selection_diagnostics()
+
+    def _selection_diagnostics(self) -> Iterator[Diagnostic]:
+        devices = [
+            d for obj, shape in self.slices for d in slices.published_devices(obj.data, shape=shape)
+        ]
+        if not devices:
+            return
+        catalog_ = matching.DeviceCatalog(devices)
+        for name, (obj, expressions_) in self.classes.items():
+            if not expressions_:
+                continue
+            selection = matching.Selection(
+                f"DeviceClass {name!r}",
+                tuple((e, ("spec", "selectors", i, "cel", "expression")) for i, e in expressions_),
+                ("spec", "selectors"),
+                Anchor.KEY,
+            )
+            for finding in matching.selection_findings(selection, catalog_):
+                yield _diagnostic(obj, finding)
+        for obj, shape, spec, base in self.requesters:
+            for view in claims.request_views(spec, shape=shape, path=base):
+                found = self.classes.get(view.device_class_name)
+                class_selectors: tuple[tuple[str, Path | None], ...] = (
+                    tuple((e, None) for _, e in found[1]) if found else ()
+                )
+                own: tuple[tuple[str, Path | None], ...] = tuple(
+                    (e, (*view.path, "selectors", i, "cel", "expression"))
+                    for i, e in view.selectors
+                )
+                if not own and (found is None or not class_selectors):
+                    continue
+                anchor_path = (*view.path, "selectors") if own else (*view.path, "deviceClassName")
+                selection = matching.Selection(
+                    f"request {view.name!r} (class {view.device_class_name!r})",
+                    class_selectors + own,
+                    anchor_path,
+                    Anchor.KEY,
+                )
+                for finding in matching.selection_findings(selection, catalog_):
+                    yield _diagnostic(obj, finding)
+
+
+def _request_names(spec: Any) -> list[str]:
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    requests = devices.get("requests") if isinstance(devices, dict) else None
+    if not isinstance(requests, list):
+        return []
+    return [r["name"] for r in requests if isinstance(r, dict) and isinstance(r.get("name"), str)]

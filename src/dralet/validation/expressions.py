@@ -1,0 +1,74 @@
+"""CEL selectors: every ``cel.expression`` of a class or request is compiled in the DRA
+environment (``dralet.allocation.cel``), and a failure is reported at the expression's
+first character with the column inside the expression where compiling stopped.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+from dralet.allocation import cel
+from dralet.validation import limits
+from dralet.validation.diagnostics import Anchor, Finding, Path
+
+__all__ = ["engine", "selector_expressions", "selector_findings"]
+
+
+@functools.cache
+def engine() -> cel.CelEngine:
+    """The one CEL engine of a run; it caches each compiled expression."""
+    return cel.CelEngine()
+
+
+def selector_expressions(selectors: Any) -> list[tuple[int, str]]:
+    """(index, expression) of each well-formed entry of a ``selectors`` list."""
+    if not isinstance(selectors, list):
+        return []
+    out: list[tuple[int, str]] = []
+    for index, selector in enumerate(selectors):
+        expression = selector.get("cel", {}) if isinstance(selector, dict) else None
+        if isinstance(expression, dict) and isinstance(expression.get("expression"), str):
+            out.append((index, expression["expression"]))
+    return out
+
+
+def selector_findings(selectors: Any, *, path: Path) -> Iterator[Finding]:
+    """Limits, the required ``cel`` field, length and compilation of one selector list."""
+    if not isinstance(selectors, list):
+        return
+    if len(selectors) > limits.SELECTORS_PER_REQUEST_OR_CLASS:
+        yield Finding(
+            "DRA013",
+            path,
+            f"{len(selectors)} selectors: must have at most "
+            f"{limits.SELECTORS_PER_REQUEST_OR_CLASS}",
+            Anchor.KEY,
+        )
+    for index, selector in enumerate(selectors):
+        if not isinstance(selector, dict):
+            continue
+        if selector.get("cel") is None:
+            yield Finding("DRA018", (*path, index), "selector: `cel` is required", Anchor.KEY)
+            continue
+        expression = (
+            selector["cel"].get("expression") if isinstance(selector["cel"], dict) else None
+        )
+        if not isinstance(expression, str):
+            continue
+        where = (*path, index, "cel", "expression")
+        if len(expression) > cel.MAX_EXPRESSION_LENGTH:
+            yield Finding(
+                "DRA021",
+                where,
+                f"expression is {len(expression)} characters: must be at most "
+                f"{cel.MAX_EXPRESSION_LENGTH}",
+                Anchor.TEXT,
+            )
+            continue
+        try:
+            engine().compile(expression)
+        except cel.CelCompileError as error:
+            at = "" if error.column is None else f" (expression column {error.column + 1})"
+            yield Finding("DRA020", where, f"CEL {error.message}{at}", Anchor.TEXT)

@@ -1,0 +1,115 @@
+"""Structural validation against the Kubernetes OpenAPI schemas bundled with
+kubernetes-validate (its strict variants, which refuse unknown fields).
+
+One ``jsonschema.Draft202012Validator`` per (Kubernetes version, apiVersion, kind) is
+built on first use and reused, with a ``referencing.Registry`` holding the kind's schema
+and the version's shared definitions; every error is reported, not only the first.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterator
+from importlib import resources
+from typing import Any
+
+import jsonschema
+from referencing import Registry, Resource
+
+from dralet.validation.diagnostics import Anchor, Finding, Path
+
+__all__ = ["RULE", "dotted", "schema_findings", "validator_for"]
+
+RULE = "DRA004"
+_SCHEMA_PACKAGE = "kubernetes_validate"
+_SCHEMA_FOLDER = "kubernetes-json-schema"
+_GROUP_SUFFIX = re.compile(r"^([^./]*)(?:\.[^/]*)?/")
+_OTHER_SHAPE_HINTS = {
+    ("v1beta1", "exactly"): "v1beta1 requests are flat: move these fields up into the request",
+    ("v1beta2", "basic"): "devices are flat from v1beta2 on: move these fields up into the device",
+    ("v1", "basic"): "devices are flat in v1: move these fields up into the device",
+}
+"""Fields of another resource.k8s.io version's shape, with the fix."""
+
+
+def _schema_text(kubernetes_version: str, filename: str) -> str | None:
+    folder = (
+        resources.files(_SCHEMA_PACKAGE) / _SCHEMA_FOLDER / f"v{kubernetes_version}.0-local-strict"
+    )
+    path = folder / filename
+    if not path.is_file():
+        return None
+    return path.read_text(encoding="utf-8")
+
+
+@functools.cache
+def _definitions(kubernetes_version: str) -> Resource[Any]:
+    text = _schema_text(kubernetes_version, "_definitions.json")
+    if text is None:
+        raise LookupError(f"no bundled schemas for Kubernetes {kubernetes_version}")
+    return Resource.from_contents(json.loads(text))
+
+
+@functools.cache
+def validator_for(
+    kubernetes_version: str, api_version: str, kind: str
+) -> jsonschema.Draft202012Validator | None:
+    """The strict validator for one kind, or None if that release has no such schema."""
+    stem = _GROUP_SUFFIX.sub(r"\1-", api_version if "/" in api_version else f"/{api_version}")
+    text = _schema_text(kubernetes_version, f"{kind.lower()}-{stem.lstrip('-')}.json")
+    if text is None:
+        return None
+    schema = json.loads(text)
+    group, _, version = api_version.rpartition("/")
+    declared = schema.get("x-kubernetes-group-version-kind", [])
+    if not any(
+        g.get("group", "") == group and g.get("version") == version and g.get("kind") == kind
+        for g in declared
+    ):
+        return None
+    registry: Registry[Any] = Resource.from_contents(schema) @ Registry()
+    registry = _definitions(kubernetes_version) @ registry
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def dotted(path: Path) -> str:
+    """``spec.devices.requests[0].name``."""
+    out = ""
+    for step in path:
+        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else step)
+    return out or "(document)"
+
+
+def schema_findings(
+    validator: jsonschema.Draft202012Validator, data: dict[str, Any], *, api_version: str
+) -> list[Finding]:
+    findings: list[Finding] = []
+    for error in validator.iter_errors(data):
+        findings.extend(_findings(error, api_version=api_version))
+    return findings
+
+
+def _findings(error: jsonschema.ValidationError, *, api_version: str) -> Iterator[Finding]:
+    path: Path = tuple(error.absolute_path)
+    version = api_version.rpartition("/")[2]
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+        for key in error.instance:
+            if key in known:
+                continue
+            hint = _OTHER_SHAPE_HINTS.get((version, key))
+            message = f"{dotted((*path, key))}: unknown field {key!r} in {api_version}"
+            yield Finding(
+                RULE, (*path, key), f"{message} ({hint})" if hint else message, Anchor.KEY
+            )
+        return
+    if error.validator == "required":
+        yield Finding(RULE, path, f"{dotted(path)}: {error.message}", Anchor.KEY)
+        return
+    if error.validator == "oneOf":
+        message = f"{error.instance!r} must be a string or a number"
+    else:
+        message = error.message
+    yield Finding(RULE, path, f"{dotted(path)}: {message}")

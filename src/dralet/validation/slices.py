@@ -1,0 +1,287 @@
+"""The API server's rules for a ResourceSlice that the schemas miss: driver and pool
+names, pool generation and count, where the devices are (exactly one of nodeName,
+nodeSelector, allNodes and, where it exists, perDeviceNodeSelection), device limits and
+names, and attribute and capacity values. Also the CDI-safety lint of device names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from dralet.cdi import names as cdi_names
+from dralet.validation import formats, limits
+from dralet.validation.diagnostics import Anchor, Finding, Path
+from dralet.validation.targets import ApiShape
+
+__all__ = ["PublishedDevice", "published_devices", "slice_findings"]
+
+_ATTRIBUTE_VALUE_FIELDS = ("int", "bool", "string", "version")
+_NODE_FIELDS = ("nodeName", "nodeSelector", "allNodes")
+
+
+@dataclass(frozen=True)
+class PublishedDevice:
+    """A device of a given slice, as selectors see it."""
+
+    driver: str
+    pool: str
+    name: str
+    attributes: dict[str, Any]
+    capacity: dict[str, Any]
+
+
+def _device_fields(device: dict[str, Any], shape: ApiShape) -> tuple[dict[str, Any] | None, Path]:
+    """The mapping holding a device's attributes and capacity, and its path in the device."""
+    if shape.devices_in_basic:
+        basic = device.get("basic")
+        return (basic if isinstance(basic, dict) else None), ("basic",)
+    return device, ()
+
+
+def published_devices(data: dict[str, Any], *, shape: ApiShape) -> list[PublishedDevice]:
+    spec = data.get("spec")
+    if not isinstance(spec, dict):
+        return []
+    driver = str(spec.get("driver", ""))
+    pool = spec.get("pool", {})
+    pool_name = str(pool.get("name", "")) if isinstance(pool, dict) else ""
+    out: list[PublishedDevice] = []
+    for device in spec.get("devices") or []:
+        if not isinstance(device, dict):
+            continue
+        fields, _ = _device_fields(device, shape)
+        if fields is None:
+            continue
+        attributes = fields.get("attributes")
+        capacity = fields.get("capacity")
+        out.append(
+            PublishedDevice(
+                driver,
+                pool_name,
+                str(device.get("name", "")),
+                attributes if isinstance(attributes, dict) else {},
+                capacity if isinstance(capacity, dict) else {},
+            )
+        )
+    return out
+
+
+def _node_choice(holder: dict[str, Any], fields: tuple[str, ...]) -> list[str]:
+    chosen = []
+    for field in fields:
+        value = holder.get(field)
+        if value is not None and value != "" and value is not False:
+            chosen.append(field)
+    return chosen
+
+
+def _node_selection_message(fields: tuple[str, ...], chosen: list[str]) -> str:
+    names = ", ".join(f"`{f}`" for f in fields[:-1]) + f", or `{fields[-1]}`"
+    if not chosen:
+        return f"exactly one of {names} is required"
+    return f"exactly one of {names} is required, but multiple fields are set: {', '.join(chosen)}"
+
+
+def slice_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[Finding]:
+    spec = data.get("spec")
+    if not isinstance(spec, dict):
+        return
+    driver = spec.get("driver")
+    if isinstance(driver, str):
+        problem = formats.driver_name_problem(driver)
+        if problem is not None:
+            yield Finding("DRA012", ("spec", "driver"), f"driver {driver!r}: {problem}")
+        else:
+            yield from _cdi_vendor_findings(driver)
+    pool = spec.get("pool")
+    if isinstance(pool, dict):
+        yield from _pool_findings(pool)
+    fields = _NODE_FIELDS + (("perDeviceNodeSelection",) if shape.per_device_node_selection else ())
+    chosen = _node_choice(spec, fields)
+    if len(chosen) != 1:
+        yield Finding("DRA015", ("spec",), _node_selection_message(fields, chosen), Anchor.KEY)
+    yield from _node_fields_findings(spec, path=("spec",))
+    per_device = "perDeviceNodeSelection" in chosen
+    devices = spec.get("devices")
+    if not isinstance(devices, list):
+        return
+    if len(devices) > limits.DEVICES_PER_SLICE:
+        yield Finding(
+            "DRA013",
+            ("spec", "devices"),
+            f"{len(devices)} devices: must have at most {limits.DEVICES_PER_SLICE} per slice",
+            Anchor.KEY,
+        )
+    seen: set[str] = set()
+    for index, device in enumerate(devices):
+        if isinstance(device, dict):
+            yield from _device_findings(
+                device,
+                shape=shape,
+                path=("spec", "devices", index),
+                seen=seen,
+                per_device=per_device,
+            )
+
+
+def _cdi_vendor_findings(driver: str) -> Iterator[Finding]:
+    try:
+        cdi_names.validate_vendor(driver)
+    except cdi_names.CDINameError as error:
+        yield Finding(
+            "DRA106",
+            ("spec", "driver"),
+            f"driver {driver!r} is not usable as a CDI vendor: {error}",
+        )
+
+
+def _pool_findings(pool: dict[str, Any]) -> Iterator[Finding]:
+    name = pool.get("name")
+    if isinstance(name, str):
+        problem = formats.pool_name_problem(name)
+        if problem is not None:
+            yield Finding("DRA012", ("spec", "pool", "name"), f"pool name {name!r}: {problem}")
+    generation = pool.get("generation")
+    if isinstance(generation, int) and not isinstance(generation, bool) and generation < 0:
+        yield Finding(
+            "DRA022",
+            ("spec", "pool", "generation"),
+            f"generation {generation}: must be greater than or equal to zero",
+        )
+    count = pool.get("resourceSliceCount")
+    if isinstance(count, int) and not isinstance(count, bool) and count <= 0:
+        yield Finding(
+            "DRA022",
+            ("spec", "pool", "resourceSliceCount"),
+            f"resourceSliceCount {count}: must be greater than zero",
+        )
+
+
+def _node_fields_findings(holder: dict[str, Any], *, path: Path) -> Iterator[Finding]:
+    node_name = holder.get("nodeName")
+    if isinstance(node_name, str) and node_name:
+        problem = formats.dns_subdomain_problem(node_name)
+        if problem is not None:
+            yield Finding("DRA012", (*path, "nodeName"), f"node name {node_name!r}: {problem}")
+    selector = holder.get("nodeSelector")
+    if isinstance(selector, dict):
+        terms = selector.get("nodeSelectorTerms")
+        if not isinstance(terms, list) or len(terms) != 1:
+            yield Finding(
+                "DRA015",
+                (*path, "nodeSelector"),
+                "nodeSelector: must have exactly one node selector term",
+                Anchor.KEY,
+            )
+
+
+def _device_findings(
+    device: dict[str, Any], *, shape: ApiShape, path: Path, seen: set[str], per_device: bool
+) -> Iterator[Finding]:
+    name = device.get("name")
+    if isinstance(name, str):
+        problem = formats.dns_label_problem(name)
+        if problem is not None:
+            yield Finding("DRA012", (*path, "name"), f"device name {name!r}: {problem}")
+        if name in seen:
+            yield Finding("DRA016", (*path, "name"), f"duplicate device name {name!r}")
+        seen.add(name)
+        try:
+            cdi_names.validate_device_name(name)
+        except cdi_names.CDINameError as error:
+            yield Finding(
+                "DRA106", (*path, "name"), f"device name {name!r} is not usable in CDI: {error}"
+            )
+    fields, inner = _device_fields(device, shape)
+    if fields is None:
+        yield Finding("DRA018", path, "device: `basic` is required", Anchor.KEY)
+        return
+    where = (*path, *inner)
+    yield from _values_findings(fields, path=where)
+    if shape.per_device_node_selection:
+        chosen = _node_choice(fields, _NODE_FIELDS)
+        if per_device and len(chosen) != 1:
+            yield Finding(
+                "DRA015", where, _node_selection_message(_NODE_FIELDS, chosen), Anchor.KEY
+            )
+        elif not per_device:
+            for field in chosen:
+                yield Finding(
+                    "DRA015",
+                    (*where, field),
+                    f"`{field}` may only be set when `perDeviceNodeSelection` is true",
+                    Anchor.KEY,
+                )
+        yield from _node_fields_findings(fields, path=where)
+    taints = fields.get("taints")
+    if isinstance(taints, list) and len(taints) > shape.taints_max:
+        yield Finding(
+            "DRA013",
+            (*where, "taints"),
+            f"{len(taints)} taints: must have at most {shape.taints_max}",
+            Anchor.KEY,
+        )
+
+
+def _values_findings(fields: dict[str, Any], *, path: Path) -> Iterator[Finding]:
+    attributes = fields.get("attributes")
+    capacity = fields.get("capacity")
+    attributes = attributes if isinstance(attributes, dict) else {}
+    capacity = capacity if isinstance(capacity, dict) else {}
+    total = len(attributes) + len(capacity)
+    if total > limits.ATTRIBUTES_AND_CAPACITIES_PER_DEVICE:
+        yield Finding(
+            "DRA013",
+            path,
+            f"the total number of attributes and capacities must not exceed "
+            f"{limits.ATTRIBUTES_AND_CAPACITIES_PER_DEVICE} (has {total})",
+            Anchor.KEY,
+        )
+    for name, value in attributes.items():
+        where = (*path, "attributes", name)
+        yield from _qualified_name_findings(name, where, "attribute")
+        if isinstance(value, dict):
+            yield from _attribute_value_findings(name, value, where)
+    for name, value in capacity.items():
+        where = (*path, "capacity", name)
+        yield from _qualified_name_findings(name, where, "capacity")
+        if isinstance(value, dict) and "value" in value:
+            problem = formats.quantity_problem(value["value"])
+            if problem is not None:
+                yield Finding("DRA014", (*where, "value"), f"capacity {name!r}: {problem}")
+
+
+def _qualified_name_findings(name: str, path: Path, what: str) -> Iterator[Finding]:
+    problem = formats.qualified_name_problem(name)
+    if problem is not None:
+        yield Finding("DRA012", path, f"{what} name {name!r}: {problem}", Anchor.KEY)
+
+
+def _attribute_value_findings(name: str, value: dict[str, Any], path: Path) -> Iterator[Finding]:
+    present = [f for f in _ATTRIBUTE_VALUE_FIELDS if value.get(f) is not None]
+    if len(present) != 1:
+        extra = "" if not present else f", but {len(present)} are: {', '.join(present)}"
+        yield Finding(
+            "DRA014",
+            path,
+            f"attribute {name!r}: exactly one value must be specified (int, bool, string or "
+            f"version){extra}",
+            Anchor.KEY,
+        )
+        return
+    field = present[0]
+    text = value[field]
+    if field in ("string", "version") and isinstance(text, str):
+        if len(text) > limits.ATTRIBUTE_VALUE_MAX_LENGTH:
+            yield Finding(
+                "DRA014",
+                (*path, field),
+                f"attribute {name!r}: {field} must be no more than "
+                f"{limits.ATTRIBUTE_VALUE_MAX_LENGTH} characters",
+            )
+        elif field == "version":
+            problem = formats.semver_problem(text)
+            if problem is not None:
+                yield Finding("DRA014", (*path, field), f"attribute {name!r}: {problem}")

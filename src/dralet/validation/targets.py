@@ -1,0 +1,127 @@
+"""The Kubernetes versions dralet validates against, which resource.k8s.io versions each
+serves, and which fields each (Kubernetes version, API version) pair has.
+
+Facts: v1beta1 arrives in 1.32 (flat requests, devices wrapped in ``basic``); 1.33 adds
+v1beta2 (``exactly``/``firstAvailable`` requests, flat devices) and grows v1beta1 with
+``firstAvailable``, per-device node selection and taints; 1.34 serves v1 (the v1beta2
+shape) and adds ``distinctAttribute``; 1.35 raises the per-device taint limit to 16.
+v1alpha3 is an alpha API that dralet does not support.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "DEFAULT_KUBERNETES_VERSION",
+    "DRA_KINDS",
+    "RESOURCE_GROUP",
+    "SUPPORTED_KUBERNETES_VERSIONS",
+    "WORKLOAD_KINDS",
+    "ApiShape",
+    "Target",
+    "WorkloadKind",
+]
+
+RESOURCE_GROUP = "resource.k8s.io"
+DRA_KINDS = ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
+SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
+DEFAULT_KUBERNETES_VERSION = "1.32"
+
+_SERVED_FROM = {"v1beta1": 32, "v1beta2": 33, "v1": 34}
+"""The minor Kubernetes release that first serves each resource.k8s.io version."""
+_FIRST_AVAILABLE_FROM = 33
+_PER_DEVICE_NODE_SELECTION_FROM = 33
+_DISTINCT_ATTRIBUTE_FROM = 34
+_TAINTS_16_FROM = 35
+_TAINTS_MAX_BEFORE = 4
+_TAINTS_MAX_AFTER = 16
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """A kind that carries a pod spec, and where that spec sits."""
+
+    api_version: str
+    pod_spec_path: tuple[str, ...]
+
+
+WORKLOAD_KINDS: dict[str, WorkloadKind] = {
+    "Pod": WorkloadKind("v1", ("spec",)),
+    "Deployment": WorkloadKind("apps/v1", ("spec", "template", "spec")),
+    "StatefulSet": WorkloadKind("apps/v1", ("spec", "template", "spec")),
+    "DaemonSet": WorkloadKind("apps/v1", ("spec", "template", "spec")),
+    "ReplicaSet": WorkloadKind("apps/v1", ("spec", "template", "spec")),
+    "Job": WorkloadKind("batch/v1", ("spec", "template", "spec")),
+    "CronJob": WorkloadKind("batch/v1", ("spec", "jobTemplate", "spec", "template", "spec")),
+}
+
+
+@dataclass(frozen=True)
+class ApiShape:
+    """What one resource.k8s.io version looks like on one Kubernetes release."""
+
+    version: str
+    minor: int
+
+    @property
+    def devices_in_basic(self) -> bool:
+        """v1beta1 wraps a device's fields in ``basic``; later versions are flat."""
+        return self.version == "v1beta1"
+
+    @property
+    def requests_in_exactly(self) -> bool:
+        """v1beta2 and v1 put a plain request's fields under ``exactly``."""
+        return self.version != "v1beta1"
+
+    @property
+    def first_available(self) -> bool:
+        return self.minor >= _FIRST_AVAILABLE_FROM
+
+    @property
+    def per_device_node_selection(self) -> bool:
+        return self.minor >= _PER_DEVICE_NODE_SELECTION_FROM
+
+    @property
+    def distinct_attribute(self) -> bool:
+        return self.minor >= _DISTINCT_ATTRIBUTE_FROM
+
+    @property
+    def taints_max(self) -> int:
+        return _TAINTS_MAX_AFTER if self.minor >= _TAINTS_16_FROM else _TAINTS_MAX_BEFORE
+
+
+@dataclass(frozen=True)
+class Target:
+    """The Kubernetes release a run validates against, e.g. ``1.32``."""
+
+    kubernetes_version: str
+
+    @property
+    def minor(self) -> int:
+        return int(self.kubernetes_version.split(".")[1])
+
+    @property
+    def served_resource_versions(self) -> tuple[str, ...]:
+        return tuple(v for v, since in _SERVED_FROM.items() if self.minor >= since)
+
+    def shape(self, api_version: str) -> ApiShape | None:
+        """The shape of a resource.k8s.io apiVersion, or None if this release lacks it."""
+        group, _, version = api_version.partition("/")
+        if group != RESOURCE_GROUP or version not in self.served_resource_versions:
+            return None
+        return ApiShape(version, self.minor)
+
+    def unserved_reason(self, api_version: str) -> str:
+        group, _, version = api_version.partition("/")
+        served = ", ".join(f"{RESOURCE_GROUP}/{v}" for v in self.served_resource_versions)
+        if group == RESOURCE_GROUP and version.startswith("v1alpha"):
+            why = "an alpha API that dralet does not support"
+        elif group == RESOURCE_GROUP and version in _SERVED_FROM:
+            why = f"first served in Kubernetes 1.{_SERVED_FROM[version]}"
+        else:
+            why = "not a resource.k8s.io version"
+        return (
+            f"apiVersion {api_version!r} is not served by Kubernetes "
+            f"{self.kubernetes_version} ({why}); use {served}"
+        )
