@@ -132,20 +132,45 @@ class FileLock:
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
-    @contextlib.asynccontextmanager
-    async def acquire(self, *, max_interval: float = 0.1) -> AsyncIterator[None]:
-        fd = self._open()
+    def _locked_current_inode(self, fd: int) -> bool:
+        """After flock: is ``fd`` still the file at ``path`` (not one unlinked by a releaser)?"""
         try:
-            interval = self.poll_interval
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                        raise
-                await asyncio.sleep(interval)
-                interval = min(interval * 2, max_interval)
+            return os.fstat(fd).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return False
+
+    @contextlib.asynccontextmanager
+    async def acquire(
+        self, *, max_interval: float = 0.1, remove: bool = False
+    ) -> AsyncIterator[None]:
+        """Hold the lock; with ``remove`` the lock file is unlinked before release.
+
+        Unlinking under the lock is safe because a waiter that then gets the flock on the
+        old inode sees that the path no longer points at it and starts over.
+        """
+        interval = self.poll_interval
+        while True:
+            fd = self._open()
+            try:
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except OSError as exc:
+                        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                            raise
+                    await asyncio.sleep(interval)
+                    interval = min(interval * 2, max_interval)
+            except BaseException:
+                os.close(fd)
+                raise
+            if self._locked_current_inode(fd):
+                break
+            os.close(fd)
+        try:
             yield
         finally:
+            if remove:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
             os.close(fd)

@@ -62,7 +62,7 @@ class SpecStore:
         spec.from_json(document)
         self.ensure_dir()
         path = self.path_for(claim_uid)
-        data = json.dumps(document, indent=2, sort_keys=False).encode() + b"\n"
+        data = json.dumps(document, indent=2, sort_keys=True).encode() + b"\n"
         fsutil.atomic_write(path, data, mode=0o644, failpoint=FAILPOINT_WRITE)
         return path
 

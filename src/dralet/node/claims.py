@@ -41,7 +41,12 @@ def base_request_name(request: str) -> str:
 
 
 def select_allocation(
-    claim: Mapping[str, Any] | None, ref: ClaimRef, *, driver: str, pool: str
+    claim: Mapping[str, Any] | None,
+    ref: ClaimRef,
+    *,
+    driver: str,
+    pool: str,
+    require_reserved: bool = True,
 ) -> list[AllocatedDevice]:
     """The allocation results of ``claim`` that this driver must prepare on this node.
 
@@ -61,7 +66,7 @@ def select_allocation(
     allocation = status.get("allocation")
     if not allocation:
         raise errors.ClaimError(ref.uid, f"{where} is not allocated")
-    if not status.get("reservedFor"):
+    if require_reserved and not status.get("reservedFor"):
         raise errors.ClaimError(ref.uid, f"{where} is not reserved for any pod")
     results = (allocation.get("devices") or {}).get("results") or []
     configs = [

@@ -1,0 +1,182 @@
+"""``dralet run``: run a driver on this node (the DaemonSet entrypoint)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from dralet import logs
+from dralet.drivers import example
+from dralet.metrics import DriverMetrics
+from dralet.node.runner import BackgroundWork, Driver
+from dralet.node.settings import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR, DriverSettings
+
+__all__ = ["RunOptions", "command", "serve"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything ``dralet run`` needs beyond the driver settings."""
+
+    driver: str
+    state_dir: Path
+    gpus: int
+    api_url: str | None
+    kubeconfig: Path | None
+    in_cluster: bool
+    publish: bool
+
+
+@contextlib.asynccontextmanager
+async def _api(options: RunOptions, metrics: DriverMetrics) -> AsyncIterator[object | None]:
+    if options.api_url is None and options.kubeconfig is None and not options.in_cluster:
+        yield None
+        return
+    from dralet.kube import client as kube_client  # heavy: loaded only when an API is used
+
+    client = await kube_client.connect(
+        url=options.api_url,
+        kubeconfig=options.kubeconfig,
+        in_cluster=options.in_cluster or None,
+        metrics=metrics,
+    )
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def _backend(options: RunOptions, settings: DriverSettings) -> example.SimulatedGPUs:
+    if options.driver != "example":
+        raise click.BadParameter(f"unknown driver {options.driver!r} (available: example)")
+    return example.SimulatedGPUs(
+        state_dir=options.state_dir, node_name=settings.node_name, count=options.gpus
+    )
+
+
+async def serve(settings: DriverSettings, options: RunOptions) -> None:
+    """Run the driver until SIGTERM."""
+    metrics = DriverMetrics()
+    backend = _backend(options, settings)
+    async with _api(options, metrics) as client:
+        claims = None
+        background: dict[str, BackgroundWork] = {}
+        if client is not None:
+            kube_claims = importlib.import_module("dralet.kube.claims")
+            claims = kube_claims.ClaimClient(client)
+            if options.publish:
+                publisher_module = importlib.import_module("dralet.node.publisher")
+                publisher = publisher_module.ResourceSlicePublisher(
+                    client,
+                    backend=backend,
+                    driver_name=settings.driver_name,
+                    node_name=settings.node_name,
+                    pool_name=settings.pool_name,
+                    metrics=metrics,
+                )
+                background["resourceslices"] = publisher.run
+        driver = Driver(settings, backend, claims=claims, metrics=metrics, background=background)
+        await driver.run()
+
+
+@click.command("run")
+@click.option("--driver", default="example", show_default=True, help="Backend to run.")
+@click.option("--driver-name", default=example.DRIVER_NAME, show_default=True)
+@click.option("--node-name", envvar="NODE_NAME", required=True, help="This node ($NODE_NAME).")
+@click.option(
+    "--plugin-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help=f"Plugin data dir [default: {KUBELET_PLUGINS_DIR}/<driver-name>].",
+)
+@click.option(
+    "--registry-dir",
+    type=click.Path(path_type=Path),
+    default=KUBELET_REGISTRY_DIR,
+    show_default=True,
+)
+@click.option(
+    "--cdi-dir", type=click.Path(path_type=Path), default=Path("/var/run/cdi"), show_default=True
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Backend state dir [default: <plugin-dir>/backend].",
+)
+@click.option("--gpus", type=int, default=4, show_default=True, help="Simulated GPUs (example).")
+@click.option(
+    "--pod-uid",
+    envvar="POD_UID",
+    default="",
+    help="Per-instance socket names for rolling updates (Kubernetes >= 1.33).",
+)
+@click.option("--api-url", default=None, help="API server URL without auth (test stand-ins).")
+@click.option("--kubeconfig", type=click.Path(path_type=Path), default=None)
+@click.option("--in-cluster", is_flag=True, help="Use the pod's service account.")
+@click.option(
+    "--publish/--no-publish",
+    default=True,
+    show_default=True,
+    help="Publish ResourceSlices for this node's devices.",
+)
+@click.option("--health-port", type=int, default=None, help="gRPC health port (liveness).")
+@click.option("--metrics-port", type=int, default=None, help="Prometheus metrics port.")
+@click.option("--stale-claim-grace", type=float, default=300.0, show_default=True)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option("--log-level", default="info", show_default=True)
+def command(
+    driver: str,
+    driver_name: str,
+    node_name: str,
+    plugin_dir: Path | None,
+    registry_dir: Path,
+    cdi_dir: Path,
+    state_dir: Path | None,
+    gpus: int,
+    pod_uid: str,
+    api_url: str | None,
+    kubeconfig: Path | None,
+    in_cluster: bool,
+    publish: bool,
+    health_port: int | None,
+    metrics_port: int | None,
+    stale_claim_grace: float,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Run a DRA driver on this node (the DaemonSet entrypoint)."""
+    logs.configure(fmt=log_format, level=log_level)
+    settings = DriverSettings(
+        driver_name=driver_name,
+        node_name=node_name,
+        plugin_dir=plugin_dir or KUBELET_PLUGINS_DIR / driver_name,
+        registry_dir=registry_dir,
+        cdi_dir=cdi_dir,
+        pod_uid=pod_uid,
+        health_port=health_port,
+        metrics_port=metrics_port,
+        stale_claim_grace=stale_claim_grace,
+    )
+    options = RunOptions(
+        driver=driver,
+        state_dir=state_dir or settings.plugin_dir / "backend",
+        gpus=gpus,
+        api_url=api_url,
+        kubeconfig=kubeconfig,
+        in_cluster=in_cluster,
+        publish=publish,
+    )
+    try:
+        asyncio.run(serve(settings, options))
+    except KeyboardInterrupt:
+        sys.exit(130)

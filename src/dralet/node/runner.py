@@ -1,0 +1,233 @@
+"""Lifecycle of a driver process: recover, serve, register, run background work, stop.
+
+Start order matters to the kubelet: state is recovered before any socket exists; the
+DRA socket listens before the registration socket appears (the kubelet may call the
+DRA service as soon as GetInfo answers). Stop order is the reverse, staged: the
+registration socket goes first (the kubelet deregisters), new calls are refused,
+in-flight calls get ``shutdown_grace`` seconds, then everything left is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+from aiohttp import web
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from dralet import errors, fsutil
+from dralet.metrics import DriverMetrics
+from dralet.node import service
+from dralet.node.backend import DeviceBackend
+from dralet.node.claims import ClaimSource
+from dralet.node.ledger import Ledger, RecoveryReport
+from dralet.node.settings import DriverSettings
+from dralet.node.tasks import TaskSet
+from dralet.protocol.proto import (
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2_grpc,
+    drahealth_v1alpha1_pb2_grpc,
+    pluginregistration_v1_pb2_grpc,
+)
+
+__all__ = ["Driver"]
+
+log = logging.getLogger(__name__)
+
+BackgroundWork = Callable[[], Coroutine[Any, Any, None]]
+
+
+def _socket_is_live(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(0.5)
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def _remove_stale_socket(path: Path) -> None:
+    if not path.exists() and not path.is_symlink():
+        return
+    if _socket_is_live(path):
+        raise errors.PermanentError(
+            f"another process is serving {path}; run one instance per socket name "
+            "(per-instance names with --pod-uid need Kubernetes >= 1.33)"
+        )
+    path.unlink()
+    log.info("removed stale socket %s", path)
+
+
+class Driver:
+    """One running driver: ledger, gRPC servers, background loops."""
+
+    def __init__(
+        self,
+        settings: DriverSettings,
+        backend: DeviceBackend,
+        *,
+        claims: ClaimSource | None = None,
+        metrics: DriverMetrics | None = None,
+        background: Mapping[str, BackgroundWork] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.metrics = metrics or DriverMetrics()
+        self.ledger = Ledger(settings, backend=backend, claims=claims, metrics=self.metrics)
+        self.registration = service.RegistrationServicer(
+            driver_name=settings.driver_name,
+            endpoint=str(settings.dra_socket),
+            versions=(*service.SUPPORTED_VERSIONS, service.HEALTH_SERVICE_VERSION),
+        )
+        self.health = HealthServicer()
+        self.recovery: RecoveryReport | None = None
+        self._background = dict(background or {})
+        self._tasks = TaskSet("driver")
+        self._dra_server: grpc.aio.Server | None = None
+        self._registration_server: grpc.aio.Server | None = None
+        self._health_server: grpc.aio.Server | None = None
+        self._metrics_runner: web.AppRunner | None = None
+        self.stopped = asyncio.Event()
+
+    # ----------------------------------------------------------------- start
+
+    async def start(self) -> None:
+        s = self.settings
+        fsutil.ensure_private_dir(s.plugin_dir)
+        self.recovery = await self.ledger.recover()
+        for action, subject in self.recovery.actions:
+            log.warning("recovery: %s %s", action, subject)
+        await self._start_dra_server()
+        await self._start_registration_server()
+        if s.health_port is not None:
+            await self._start_health_port(s.health_port)
+        if s.metrics_port is not None:
+            await self._start_metrics(s.metrics_port)
+        self._tasks.spawn("stale-claims", self._collect_stale_forever())
+        for name, work in self._background.items():
+            self._tasks.spawn(name, work())
+        status = (
+            health_pb2.HealthCheckResponse.NOT_SERVING
+            if self.ledger.fail_closed
+            else health_pb2.HealthCheckResponse.SERVING
+        )
+        # Liveness answers SERVING even when failing closed: restarting cannot repair a
+        # corrupt checkpoint, it only turns one visible error into a crash loop.
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        for name in service.DRA_SERVICES:
+            await self.health.set(name, status)
+        log.info(
+            "driver %s serving on %s (registration %s)",
+            s.driver_name,
+            s.dra_socket,
+            s.registration_socket,
+        )
+
+    async def _bind_unix(self, server: grpc.aio.Server, path: Path) -> None:
+        _remove_stale_socket(path)
+        old_umask = os.umask(0o177)
+        try:
+            server.add_insecure_port(f"unix://{path}")
+            await server.start()
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, 0o600)
+
+    async def _start_dra_server(self) -> None:
+        server = grpc.aio.server()
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(service.DRAv1Servicer(self.ledger), server)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
+            service.DRAv1beta1Servicer(self.ledger), server
+        )
+        drahealth_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+            service.ResourceHealthServicer(
+                self.backend, pool=self.settings.pool_name, interval=self.settings.health_interval
+            ),
+            server,
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        await self._bind_unix(server, self.settings.dra_socket)
+        self._dra_server = server
+
+    async def _start_registration_server(self) -> None:
+        self.settings.registry_dir.mkdir(parents=True, exist_ok=True)
+        server = grpc.aio.server()
+        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(self.registration, server)
+        await self._bind_unix(server, self.settings.registration_socket)
+        self._registration_server = server
+
+    async def _start_health_port(self, port: int) -> None:
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        server.add_insecure_port(f"{self.settings.metrics_host}:{port}")
+        await server.start()
+        self._health_server = server
+
+    async def _start_metrics(self, port: int) -> None:
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(body=self.metrics.exposition(), content_type="text/plain")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.settings.metrics_host, port).start()
+        self._metrics_runner = runner
+
+    async def _collect_stale_forever(self) -> None:
+        while True:
+            try:
+                await self.ledger.collect_stale()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("stale-claim cleanup pass failed; retrying next interval")
+            await asyncio.sleep(self.settings.stale_claim_interval)
+
+    # ----------------------------------------------------------------- stop
+
+    async def stop(self) -> None:
+        """Staged shutdown; removes only this instance's own sockets."""
+        grace = self.settings.shutdown_grace
+        if self._registration_server is not None:
+            await self._registration_server.stop(None)
+            self.settings.registration_socket.unlink(missing_ok=True)
+        await self.health.enter_graceful_shutdown()
+        if self._dra_server is not None:
+            await self._dra_server.stop(grace)
+        await self.ledger.work.close(grace=grace)
+        self.settings.dra_socket.unlink(missing_ok=True)
+        if self._health_server is not None:
+            await self._health_server.stop(None)
+        if self._metrics_runner is not None:
+            await self._metrics_runner.cleanup()
+        await self._tasks.cancel_all()
+        self.stopped.set()
+        log.info("driver stopped")
+
+    async def run(self, *, stop: asyncio.Event | None = None) -> None:
+        """Start, serve until SIGTERM/SIGINT (or ``stop`` is set), then stop."""
+        stop_event = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop_event.set)
+        try:
+            await self.start()
+            await stop_event.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(sig)
+            await self.stop()

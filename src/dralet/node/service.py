@@ -1,0 +1,253 @@
+"""gRPC servicers: plugin registration, DRA v1 and v1beta1 (one implementation), health.
+
+Both DRA versions have the same messages (v1 adds ``share_id``), so one function builds
+each response from the ledger's outcome using the version's own message module. A
+malformed request fails as a whole with InvalidArgument before anything is touched;
+everything about one claim goes into that claim's entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from types import ModuleType
+from typing import Any
+
+import grpc
+
+from dralet import errors, logs
+from dralet.node.backend import DeviceBackend, DeviceHealth, HealthStatus
+from dralet.node.ledger import Ledger, PrepareOutcome, parse_claim_refs
+from dralet.protocol.proto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    drahealth_v1alpha1_pb2,
+    drahealth_v1alpha1_pb2_grpc,
+    pluginregistration_v1_pb2,
+    pluginregistration_v1_pb2_grpc,
+)
+
+__all__ = [
+    "DRA_SERVICES",
+    "SUPPORTED_VERSIONS",
+    "DRAv1Servicer",
+    "DRAv1beta1Servicer",
+    "RegistrationServicer",
+    "ResourceHealthServicer",
+]
+
+log = logging.getLogger(__name__)
+
+DRA_PLUGIN_TYPE = "DRAPlugin"
+# Advertised strings, v1 first: 1.34+ kubelets take the first they know, 1.32/1.33 pick v1beta1.
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+HEALTH_SERVICE_VERSION = "v1alpha1.DRAResourceHealth"
+DRA_SERVICES = (
+    "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
+    "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
+)
+
+
+class RegistrationServicer(pluginregistration_v1_pb2_grpc.RegistrationServicer):
+    """Answers the kubelet's plugin watcher: who we are and where the DRA socket is."""
+
+    def __init__(self, *, driver_name: str, endpoint: str, versions: tuple[str, ...]) -> None:
+        self.driver_name = driver_name
+        self.endpoint = endpoint
+        self.versions = versions
+        self.status: pluginregistration_v1_pb2.RegistrationStatus | None = None
+        self.registered = asyncio.Event()
+
+    async def GetInfo(
+        self, request: pluginregistration_v1_pb2.InfoRequest, context: Any
+    ) -> pluginregistration_v1_pb2.PluginInfo:
+        return pluginregistration_v1_pb2.PluginInfo(
+            type=DRA_PLUGIN_TYPE,
+            name=self.driver_name,
+            endpoint=self.endpoint,
+            supported_versions=list(self.versions),
+        )
+
+    async def NotifyRegistrationStatus(
+        self, request: pluginregistration_v1_pb2.RegistrationStatus, context: Any
+    ) -> pluginregistration_v1_pb2.RegistrationStatusResponse:
+        # Never an error: an error makes the kubelet redo the whole registration.
+        self.status = request
+        if request.plugin_registered:
+            log.info("registered with the kubelet")
+            self.registered.set()
+        else:
+            log.error("kubelet refused registration: %s", request.error)
+        return pluginregistration_v1_pb2.RegistrationStatusResponse()
+
+
+async def _abort_invalid(context: Any, exc: errors.InvalidRequestError) -> None:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+
+def _fill_prepare_response(
+    pb2: ModuleType, outcomes: Mapping[str, PrepareOutcome], *, with_share_id: bool
+) -> Any:
+    response = pb2.NodePrepareResourcesResponse()
+    for uid, outcome in outcomes.items():
+        entry = response.claims[uid]  # touching the key creates the entry
+        if outcome.error:
+            entry.error = outcome.error
+            continue
+        for device in outcome.devices:
+            out = entry.devices.add(
+                request_names=list(device.request_names),
+                pool_name=device.pool,
+                device_name=device.device,
+                cdi_device_ids=list(device.cdi_device_ids),
+            )
+            if with_share_id and device.share_id:
+                out.share_id = device.share_id
+    return response
+
+
+def _fill_unprepare_response(pb2: ModuleType, outcomes: Mapping[str, str]) -> Any:
+    response = pb2.NodeUnprepareResourcesResponse()
+    for uid, error in outcomes.items():
+        entry = response.claims[uid]
+        if error:
+            entry.error = error
+    return response
+
+
+class _DRAImplementation:
+    """The one implementation behind both DRA service versions."""
+
+    def __init__(self, ledger: Ledger, *, pb2: ModuleType, with_share_id: bool) -> None:
+        self.ledger = ledger
+        self.pb2 = pb2
+        self.with_share_id = with_share_id
+
+    async def prepare(self, request: Any, context: Any) -> Any:
+        with logs.bind(request_id=uuid.uuid4().hex[:12], rpc="NodePrepareResources"):
+            try:
+                refs = parse_claim_refs([(c.namespace, c.uid, c.name) for c in request.claims])
+            except errors.InvalidRequestError as exc:
+                await _abort_invalid(context, exc)
+                raise
+            outcomes = await self.ledger.prepare(refs)
+            return _fill_prepare_response(self.pb2, outcomes, with_share_id=self.with_share_id)
+
+    async def unprepare(self, request: Any, context: Any) -> Any:
+        with logs.bind(request_id=uuid.uuid4().hex[:12], rpc="NodeUnprepareResources"):
+            try:
+                refs = parse_claim_refs([(c.namespace, c.uid, c.name) for c in request.claims])
+            except errors.InvalidRequestError as exc:
+                await _abort_invalid(context, exc)
+                raise
+            outcomes = await self.ledger.unprepare(refs)
+            return _fill_unprepare_response(self.pb2, outcomes)
+
+
+class DRAv1Servicer(dra_v1_pb2_grpc.DRAPluginServicer):
+    def __init__(self, ledger: Ledger) -> None:
+        self._impl = _DRAImplementation(ledger, pb2=dra_v1_pb2, with_share_id=True)
+
+    async def NodePrepareResources(
+        self, request: dra_v1_pb2.NodePrepareResourcesRequest, context: Any
+    ) -> dra_v1_pb2.NodePrepareResourcesResponse:
+        response: dra_v1_pb2.NodePrepareResourcesResponse = await self._impl.prepare(
+            request, context
+        )
+        return response
+
+    async def NodeUnprepareResources(
+        self, request: dra_v1_pb2.NodeUnprepareResourcesRequest, context: Any
+    ) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
+        response: dra_v1_pb2.NodeUnprepareResourcesResponse = await self._impl.unprepare(
+            request, context
+        )
+        return response
+
+
+class DRAv1beta1Servicer(dra_v1beta1_pb2_grpc.DRAPluginServicer):
+    def __init__(self, ledger: Ledger) -> None:
+        self._impl = _DRAImplementation(ledger, pb2=dra_v1beta1_pb2, with_share_id=False)
+
+    async def NodePrepareResources(
+        self, request: dra_v1beta1_pb2.NodePrepareResourcesRequest, context: Any
+    ) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
+        response: dra_v1beta1_pb2.NodePrepareResourcesResponse = await self._impl.prepare(
+            request, context
+        )
+        return response
+
+    async def NodeUnprepareResources(
+        self, request: dra_v1beta1_pb2.NodeUnprepareResourcesRequest, context: Any
+    ) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
+        response: dra_v1beta1_pb2.NodeUnprepareResourcesResponse = await self._impl.unprepare(
+            request, context
+        )
+        return response
+
+
+_HEALTH_CODES = {
+    HealthStatus.UNKNOWN: drahealth_v1alpha1_pb2.UNKNOWN,
+    HealthStatus.HEALTHY: drahealth_v1alpha1_pb2.HEALTHY,
+    HealthStatus.UNHEALTHY: drahealth_v1alpha1_pb2.UNHEALTHY,
+}
+
+
+class ResourceHealthServicer(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+    """Streams every device's health: at once, on every change, and at least each interval.
+
+    The kubelet marks devices it has not heard about for 30 s as Unknown, so the full
+    list is resent at ``interval`` even when nothing changed.
+    """
+
+    def __init__(
+        self, backend: DeviceBackend, *, pool: str, interval: float, timeout_seconds: int = 0
+    ) -> None:
+        self.backend = backend
+        self.pool = pool
+        self.interval = interval
+        self.timeout_seconds = timeout_seconds
+
+    async def _snapshot(self) -> dict[str, DeviceHealth]:
+        health = dict(await self.backend.health())
+        for device in await self.backend.devices():
+            health.setdefault(device.name, DeviceHealth(HealthStatus.UNKNOWN))
+        return health
+
+    def _message(
+        self, health: Mapping[str, DeviceHealth]
+    ) -> drahealth_v1alpha1_pb2.NodeWatchResourcesResponse:
+        now = int(time.time())
+        return drahealth_v1alpha1_pb2.NodeWatchResourcesResponse(
+            devices=[
+                drahealth_v1alpha1_pb2.DeviceHealth(
+                    device=drahealth_v1alpha1_pb2.DeviceIdentifier(
+                        pool_name=self.pool, device_name=name
+                    ),
+                    health=_HEALTH_CODES[h.status],
+                    last_updated_time=now,
+                    health_check_timeout_seconds=self.timeout_seconds,
+                    message=h.message,
+                )
+                for name, h in sorted(health.items())
+            ]
+        )
+
+    async def NodeWatchResources(
+        self, request: drahealth_v1alpha1_pb2.NodeWatchResourcesRequest, context: Any
+    ) -> AsyncIterator[drahealth_v1alpha1_pb2.NodeWatchResourcesResponse]:
+        previous: dict[str, DeviceHealth] | None = None
+        last_sent = 0.0
+        poll = min(self.interval, 1.0)
+        while True:
+            current = await self._snapshot()
+            now = time.monotonic()
+            if current != previous or now - last_sent >= self.interval:
+                yield self._message(current)
+                previous, last_sent = current, now
+            await asyncio.sleep(poll)

@@ -1,0 +1,80 @@
+"""Every tunable of a driver process, in one frozen settings value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["DriverSettings"]
+
+KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+
+
+@dataclass(frozen=True)
+class DriverSettings:
+    driver_name: str
+    """The DRA driver name; equals the ``driver`` of the claims' allocation results."""
+    node_name: str
+    """The node this driver runs on."""
+    plugin_dir: Path = field(default=Path())
+    """Plugin data dir: DRA socket, checkpoint, locks (``/var/lib/kubelet/plugins/<driver>``)."""
+    registry_dir: Path = KUBELET_REGISTRY_DIR
+    """Where the kubelet watches for registration sockets."""
+    cdi_dir: Path = Path("/var/run/cdi")
+    """Where per-claim CDI spec files go (read by the container runtime)."""
+    cdi_class: str = "claim"
+    """Class part of the CDI kind ``<driver>/<class>``; device names embed the claim UID."""
+    pool_name: str = ""
+    """ResourceSlice pool of this node's devices (default: the node name)."""
+    pod_uid: str = ""
+    """When set, sockets get per-instance names (rolling updates, Kubernetes >= 1.33)."""
+    boot_id_path: Path = Path("/proc/sys/kernel/random/boot_id")
+    """Source of the boot ID recorded in the checkpoint to detect reboots."""
+    max_parallel_claims: int = 8
+    """Claims of one request processed concurrently."""
+    shutdown_grace: float = 10.0
+    """Seconds in-flight calls get to finish after SIGTERM before they are cancelled."""
+    stale_claim_grace: float = 300.0
+    """Seconds a claim must look stale (gone, replaced, moved) before it is unprepared."""
+    stale_claim_interval: float = 60.0
+    """Seconds between stale-claim cleanup passes."""
+    health_interval: float = 5.0
+    """Seconds between backend health polls for the DRA resource health stream."""
+    health_port: int | None = None
+    """TCP port for the gRPC health service (liveness probes); None disables it."""
+    metrics_port: int | None = None
+    """TCP port for Prometheus metrics; None disables it."""
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - a DaemonSet exposes metrics on the pod IP
+    """Address the metrics and health servers bind to."""
+
+    def __post_init__(self) -> None:
+        if self.plugin_dir == Path():
+            object.__setattr__(self, "plugin_dir", KUBELET_PLUGINS_DIR / self.driver_name)
+        if not self.pool_name:
+            object.__setattr__(self, "pool_name", self.node_name)
+        # The kubelet dials the endpoint we advertise: it must be an absolute path.
+        for name in ("plugin_dir", "registry_dir", "cdi_dir"):
+            object.__setattr__(self, name, getattr(self, name).absolute())
+
+    @property
+    def cdi_kind(self) -> str:
+        return f"{self.driver_name}/{self.cdi_class}"
+
+    @property
+    def dra_socket(self) -> Path:
+        name = f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock"
+        return self.plugin_dir / name
+
+    @property
+    def registration_socket(self) -> Path:
+        suffix = f"-{self.pod_uid}" if self.pod_uid else ""
+        return self.registry_dir / f"{self.driver_name}{suffix}-reg.sock"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.plugin_dir / "checkpoint.json"
+
+    @property
+    def lock_dir(self) -> Path:
+        return self.plugin_dir / "locks"

@@ -1,0 +1,321 @@
+"""A kubelet emulator: the kubelet's side of plugin registration and the DRA gRPC API.
+
+It does what a kubelet does, over the real protocol on unix sockets: watches the
+registry directory for sockets (dot files and non-sockets are ignored), calls GetInfo
+with a 1 s deadline, picks the DRA service version the way a 1.34+ kubelet does (the
+plugin's order; no fallback) or the way a 1.32/1.33 kubelet does (its own preference,
+v1beta1 first), notifies the registration status, then calls NodePrepareResources and
+NodeUnprepareResources with a 45 s deadline and judges the answer as the kubelet would
+(one entry per claim, no unknown UIDs, per-claim errors fail the pod's call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+
+from dralet.protocol.proto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    drahealth_v1alpha1_pb2,
+    drahealth_v1alpha1_pb2_grpc,
+    pluginregistration_v1_pb2,
+    pluginregistration_v1_pb2_grpc,
+)
+
+__all__ = [
+    "ClaimResult",
+    "KubeletClaim",
+    "KubeletEmulator",
+    "KubeletError",
+    "PluginConnection",
+    "PrepareResult",
+    "UnprepareResult",
+]
+
+DRA_PLUGIN_TYPE = "DRAPlugin"
+GET_INFO_TIMEOUT = 1.0
+NOTIFY_TIMEOUT = 5.0
+CALL_TIMEOUT = 45.0
+DISCOVERY_POLL_INTERVAL = 0.02
+V1 = "v1.DRAPlugin"
+V1BETA1 = "v1beta1.DRAPlugin"
+V1ALPHA4 = "v1alpha3.NodeService"
+# Services a 1.34+ kubelet can use, and the 1.32/1.33 kubelet's own preference order.
+KUBELET_134_SERVICES = (V1, V1BETA1)
+KUBELET_132_PREFERENCE = (V1BETA1, V1ALPHA4)
+
+
+class KubeletError(Exception):
+    """What the kubelet would report (pod event) when a registration or call fails."""
+
+
+@dataclass(frozen=True)
+class KubeletClaim:
+    namespace: str
+    uid: str
+    name: str
+
+
+@dataclass(frozen=True)
+class DeviceResult:
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    devices: tuple[DeviceResult, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    claims: dict[str, ClaimResult]
+    kubelet_error: str = ""
+    """The kubelet's verdict on the whole call ('' = every claim prepared)."""
+
+    def cdi_ids(self, uid: str) -> list[str]:
+        return [i for d in self.claims[uid].devices for i in d.cdi_device_ids]
+
+
+@dataclass(frozen=True)
+class UnprepareResult:
+    claims: dict[str, str]
+    kubelet_error: str = ""
+
+
+def choose_service(supported: Sequence[str], *, kubelet_version: str) -> str:
+    """The DRA service a kubelet of ``kubelet_version`` picks from ``supported``."""
+    if not supported:
+        raise KubeletError("plugin advertises no supported versions")
+    minor = int(kubelet_version.split(".")[1])
+    if minor >= 34:
+        for candidate in supported:
+            if candidate in KUBELET_134_SERVICES:
+                return candidate
+        raise KubeletError(
+            f"none of services supported by the plugin ({list(supported)}) are supported "
+            f"by the kubelet ({list(KUBELET_134_SERVICES)})"
+        )
+    for preferred in KUBELET_132_PREFERENCE:
+        if preferred in supported:
+            return preferred
+    return V1ALPHA4  # 1.32/1.33 fall back to the alpha API when nothing matches
+
+
+_MODULES: dict[str, tuple[ModuleType, ModuleType]] = {
+    V1: (dra_v1_pb2, dra_v1_pb2_grpc),
+    V1BETA1: (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
+}
+
+
+def _judge(
+    operation: str, requested: Sequence[KubeletClaim], keys: Sequence[str], errors: dict[str, str]
+) -> str:
+    names = {c.uid: f"{c.namespace}/{c.name}" for c in requested}
+    for key in keys:
+        if key not in names:
+            return f"{operation} returned result for unknown claim UID {key}"
+    for uid, error in errors.items():
+        if error:
+            return f"{operation} failed for ResourceClaim {names[uid]}: {error}"
+    missing = len(set(names) - set(keys))
+    if missing:
+        return f"{operation} skipped {missing} ResourceClaims"
+    return ""
+
+
+@dataclass
+class PluginConnection:
+    """A registered plugin, called as the kubelet calls it."""
+
+    info: pluginregistration_v1_pb2.PluginInfo
+    service: str
+    registration_socket: Path
+    call_timeout: float = CALL_TIMEOUT
+    _channel: grpc.aio.Channel | None = field(default=None, repr=False)
+
+    @property
+    def endpoint(self) -> str:
+        return self.info.endpoint or str(self.registration_socket)
+
+    def channel(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(f"unix:{self.endpoint}")
+        return self._channel
+
+    def _stub(self) -> tuple[ModuleType, Any]:
+        if self.service not in _MODULES:
+            raise KubeletError(f"service {self.service} is not implemented by this emulator")
+        pb2, pb2_grpc = _MODULES[self.service]
+        return pb2, pb2_grpc.DRAPluginStub(self.channel())
+
+    async def prepare_raw(self, claims: Sequence[KubeletClaim]) -> Any:
+        pb2, stub = self._stub()
+        request = pb2.NodePrepareResourcesRequest(
+            claims=[pb2.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
+        )
+        return await stub.NodePrepareResources(request, timeout=self.call_timeout)
+
+    async def unprepare_raw(self, claims: Sequence[KubeletClaim]) -> Any:
+        pb2, stub = self._stub()
+        request = pb2.NodeUnprepareResourcesRequest(
+            claims=[pb2.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
+        )
+        return await stub.NodeUnprepareResources(request, timeout=self.call_timeout)
+
+    async def prepare(self, claims: Sequence[KubeletClaim]) -> PrepareResult:
+        """NodePrepareResources; gRPC errors propagate as ``grpc.aio.AioRpcError``."""
+        response = await self.prepare_raw(claims)
+        results = {
+            uid: ClaimResult(
+                devices=tuple(
+                    DeviceResult(
+                        request_names=tuple(d.request_names),
+                        pool_name=d.pool_name,
+                        device_name=d.device_name,
+                        cdi_device_ids=tuple(d.cdi_device_ids),
+                        share_id=d.share_id
+                        if self.service == V1 and d.HasField("share_id")
+                        else None,
+                    )
+                    for d in entry.devices
+                ),
+                error=entry.error,
+            )
+            for uid, entry in response.claims.items()
+        }
+        verdict = _judge(
+            "NodePrepareResources",
+            claims,
+            list(response.claims),
+            {uid: r.error for uid, r in results.items()},
+        )
+        return PrepareResult(claims=results, kubelet_error=verdict)
+
+    async def unprepare(self, claims: Sequence[KubeletClaim]) -> UnprepareResult:
+        response = await self.unprepare_raw(claims)
+        results = {uid: entry.error for uid, entry in response.claims.items()}
+        verdict = _judge("NodeUnprepareResources", claims, list(response.claims), results)
+        return UnprepareResult(claims=results, kubelet_error=verdict)
+
+    async def watch_health(
+        self,
+    ) -> AsyncIterator[drahealth_v1alpha1_pb2.NodeWatchResourcesResponse]:
+        stub = drahealth_v1alpha1_pb2_grpc.DRAResourceHealthStub(self.channel())
+        call = stub.NodeWatchResources(drahealth_v1alpha1_pb2.NodeWatchResourcesRequest())
+        try:
+            async for message in call:
+                yield message
+        finally:
+            call.cancel()
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close(None)
+            self._channel = None
+
+
+class KubeletEmulator:
+    """Discovers and registers plugins found in ``registry_dir``."""
+
+    def __init__(
+        self,
+        registry_dir: Path,
+        *,
+        kubelet_version: str = "1.34",
+        call_timeout: float = CALL_TIMEOUT,
+    ) -> None:
+        self.registry_dir = registry_dir
+        self.kubelet_version = kubelet_version
+        self.call_timeout = call_timeout
+        self.plugins: list[PluginConnection] = []
+
+    def sockets(self) -> list[Path]:
+        """Unix sockets in the registry dir, as the plugin watcher sees them."""
+        found: list[Path] = []
+        try:
+            entries = sorted(self.registry_dir.iterdir())
+        except FileNotFoundError:
+            return found
+        for path in entries:
+            if path.name.startswith("."):
+                continue
+            try:
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    found.append(path)
+            except FileNotFoundError:
+                continue
+        return found
+
+    async def register(self, socket_path: Path) -> PluginConnection:
+        """One registration attempt: GetInfo, validate, NotifyRegistrationStatus."""
+        async with grpc.aio.insecure_channel(f"unix:{socket_path}") as channel:
+            stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)
+            info = await stub.GetInfo(
+                pluginregistration_v1_pb2.InfoRequest(), timeout=GET_INFO_TIMEOUT
+            )
+            try:
+                if info.type != DRA_PLUGIN_TYPE:
+                    raise KubeletError(f"no handler for plugin type {info.type!r}")
+                service = choose_service(
+                    list(info.supported_versions), kubelet_version=self.kubelet_version
+                )
+            except KubeletError as exc:
+                await stub.NotifyRegistrationStatus(
+                    pluginregistration_v1_pb2.RegistrationStatus(
+                        plugin_registered=False, error=str(exc)
+                    ),
+                    timeout=NOTIFY_TIMEOUT,
+                )
+                raise
+            await stub.NotifyRegistrationStatus(
+                pluginregistration_v1_pb2.RegistrationStatus(plugin_registered=True),
+                timeout=NOTIFY_TIMEOUT,
+            )
+        plugin = PluginConnection(
+            info=info,
+            service=service,
+            registration_socket=socket_path,
+            call_timeout=self.call_timeout,
+        )
+        self.plugins.append(plugin)
+        return plugin
+
+    async def wait_for_plugin(self, driver_name: str, *, within: float = 30.0) -> PluginConnection:
+        """Wait until a registration socket for ``driver_name`` appears, then register it."""
+        deadline = time.monotonic() + within
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            for path in self.sockets():
+                if not path.name.startswith(driver_name):
+                    continue
+                try:
+                    plugin = await self.register(path)
+                except (grpc.aio.AioRpcError, KubeletError) as exc:
+                    last_error = exc
+                    continue
+                if plugin.info.name == driver_name:
+                    return plugin
+                await plugin.close()
+            await asyncio.sleep(DISCOVERY_POLL_INTERVAL)
+        raise KubeletError(f"plugin {driver_name} did not register within {within}s: {last_error}")
+
+    async def close(self) -> None:
+        for plugin in self.plugins:
+            await plugin.close()
+        self.plugins.clear()

@@ -1,0 +1,59 @@
+"""A driver running in the test's event loop, on real sockets, files and gRPC."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dralet.drivers.example import SimulatedGPUs
+from dralet.node.runner import Driver
+from dralet.node.settings import DriverSettings
+from dralet.testing.kubelet import KubeletEmulator, PluginConnection
+from tests.claimfakes import DRIVER, NODE, MemoryClaims
+
+
+@dataclass
+class Node:
+    settings: DriverSettings
+    backend: SimulatedGPUs
+    claims: MemoryClaims
+    driver: Driver
+    kubelet: KubeletEmulator
+    plugin: PluginConnection
+
+
+def make_settings(root: Path, **overrides: object) -> DriverSettings:
+    values: dict[str, object] = {
+        "driver_name": DRIVER,
+        "node_name": NODE,
+        "plugin_dir": root / "plugins" / DRIVER,
+        "registry_dir": root / "plugins_registry",
+        "cdi_dir": root / "cdi",
+        "boot_id_path": root / "boot_id",
+        "stale_claim_interval": 3600.0,
+        "health_interval": 0.05,
+        "shutdown_grace": 2.0,
+    }
+    values.update(overrides)
+    if not (root / "boot_id").exists():
+        (root / "boot_id").write_text("boot-1\n")
+    return DriverSettings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    settings = make_settings(tmp_path)
+    backend = SimulatedGPUs(state_dir=tmp_path / "gpus", node_name=NODE, count=4)
+    claims = MemoryClaims()
+    driver = Driver(settings, backend, claims=claims)
+    await driver.start()
+    kubelet = KubeletEmulator(settings.registry_dir)
+    try:
+        plugin = await kubelet.wait_for_plugin(DRIVER, within=10)
+        yield Node(settings, backend, claims, driver, kubelet, plugin)
+    finally:
+        await kubelet.close()
+        await driver.stop()
