@@ -1,0 +1,417 @@
+"""Decoding resource.k8s.io manifests (v1beta1, v1beta2, v1) into allocator values.
+
+Owns the differences between API versions — v1beta1 nests device fields under
+``basic`` and keeps request fields flat; v1beta2 and v1 use a flat device and
+``exactly`` / ``firstAvailable`` requests — and the defaults the API server applies
+(allocationMode ExactCount, count 1). Input the API server would refuse raises
+``ManifestError`` with the field path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from dralet import errors
+from dralet.allocation import cel, model
+
+__all__ = [
+    "RESOURCE_GROUP",
+    "SUPPORTED_VERSIONS",
+    "Inputs",
+    "ManifestError",
+    "decode_claim",
+    "decode_class",
+    "decode_node",
+    "decode_objects",
+    "decode_slice",
+]
+
+RESOURCE_GROUP = "resource.k8s.io"
+SUPPORTED_VERSIONS = ("v1beta1", "v1beta2", "v1")
+_NESTED_VERSIONS = frozenset({"v1beta1"})
+_MODES: tuple[model.AllocationMode, ...] = (model.ALL, model.EXACT_COUNT)
+
+
+class ManifestError(errors.InvalidRequestError):
+    """A manifest cannot be used: wrong kind or version, or a field the API would refuse."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything decoded from a set of manifests, in the order given."""
+
+    slices: tuple[model.ResourceSlice, ...] = ()
+    classes: tuple[model.DeviceClass, ...] = ()
+    claims: tuple[model.ResourceClaim, ...] = ()
+    nodes: tuple[model.Node, ...] = ()
+    ignored: tuple[str, ...] = ()
+    """``Kind/name`` of objects that play no part in allocation (Pods, ConfigMaps, ...)."""
+
+
+def _where(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    name = meta.get("name", "<unnamed>")
+    namespace = meta.get("namespace")
+    return f"{obj.get('kind', '<no kind>')} {namespace + '/' if namespace else ''}{name}"
+
+
+def _version(obj: Mapping[str, Any]) -> str:
+    api_version = str(obj.get("apiVersion", ""))
+    group, _, version = api_version.rpartition("/")
+    if group != RESOURCE_GROUP or version not in SUPPORTED_VERSIONS:
+        raise ManifestError(
+            f"{_where(obj)}: apiVersion {api_version!r} is not one of "
+            + ", ".join(f"{RESOURCE_GROUP}/{v}" for v in SUPPORTED_VERSIONS)
+        )
+    return version
+
+
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ManifestError(f"{path}: must be an object")
+    return cast("Mapping[str, Any]", value)
+
+
+def _list(value: Any, path: str) -> Sequence[Any]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ManifestError(f"{path}: must be a list")
+    return value
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    name = _mapping(obj.get("metadata"), "metadata").get("name")
+    if not isinstance(name, str) or not name:
+        raise ManifestError(f"{_where(obj)}: metadata.name: Required value")
+    return name
+
+
+def _requirements(items: Any, path: str) -> tuple[model.NodeSelectorRequirement, ...]:
+    return tuple(
+        model.NodeSelectorRequirement(
+            key=str(_mapping(item, f"{path}[{i}]").get("key", "")),
+            operator=str(item.get("operator", "")),
+            values=tuple(str(v) for v in _list(item.get("values"), f"{path}[{i}].values")),
+        )
+        for i, item in enumerate(_list(items, path))
+    )
+
+
+def _node_selector(value: Any, path: str) -> model.NodeSelector | None:
+    if value is None:
+        return None
+    terms = _list(_mapping(value, path).get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")
+    return model.NodeSelector(
+        terms=tuple(
+            model.NodeSelectorTerm(
+                match_expressions=_requirements(
+                    _mapping(term, f"{path}.nodeSelectorTerms[{i}]").get("matchExpressions"),
+                    f"{path}.nodeSelectorTerms[{i}].matchExpressions",
+                ),
+                match_fields=_requirements(
+                    term.get("matchFields"), f"{path}.nodeSelectorTerms[{i}].matchFields"
+                ),
+            )
+            for i, term in enumerate(terms)
+        )
+    )
+
+
+def _device(raw: Any, *, driver: str, nested: bool, path: str) -> model.Device:
+    fields = _mapping(raw, path)
+    name = fields.get("name")
+    if not isinstance(name, str) or not name:
+        raise ManifestError(f"{path}.name: Required value")
+    source: Mapping[str, Any] | None = fields
+    if nested:
+        source = _mapping(fields["basic"], f"{path}.basic") if "basic" in fields else None
+    if source is None:
+        return model.Device(name=name, attributes={}, capacity={}, view=None)
+    attributes = _mapping(source.get("attributes"), f"{path}.attributes")
+    capacity = _mapping(source.get("capacity"), f"{path}.capacity")
+    view = cel.device_view(driver=driver, attributes=attributes, capacity=capacity)
+    return model.Device(name=name, attributes=attributes, capacity=capacity, view=view)
+
+
+def decode_slice(obj: Mapping[str, Any]) -> model.ResourceSlice:
+    """A ResourceSlice manifest as a value."""
+    version = _version(obj)
+    name = _name(obj)
+    where = f"ResourceSlice {name}"
+    spec = _mapping(obj.get("spec"), f"{where}: spec")
+    driver = spec.get("driver")
+    if not isinstance(driver, str) or not driver:
+        raise ManifestError(f"{where}: spec.driver: Required value")
+    pool = _mapping(spec.get("pool"), f"{where}: spec.pool")
+    if not pool.get("name"):
+        raise ManifestError(f"{where}: spec.pool.name: Required value")
+    generation = int(pool.get("generation", 0))
+    count = int(pool.get("resourceSliceCount", 0))
+    if generation < 0:
+        raise ManifestError(f"{where}: spec.pool.generation: must be greater than or equal to 0")
+    if count <= 0:
+        raise ManifestError(f"{where}: spec.pool.resourceSliceCount: must be greater than zero")
+    node_name = spec.get("nodeName") or None
+    node_selector = _node_selector(spec.get("nodeSelector"), f"{where}: spec.nodeSelector")
+    all_nodes = bool(spec.get("allNodes"))
+    chosen = sum((node_name is not None, node_selector is not None, all_nodes))
+    if chosen == 0 and not spec.get("perDeviceNodeSelection"):
+        raise ManifestError(
+            f"{where}: spec: exactly one of `nodeName`, `nodeSelector`, or `allNodes` is required"
+        )
+    if chosen > 1:
+        raise ManifestError(
+            f"{where}: spec: exactly one of `nodeName`, `nodeSelector`, or `allNodes` "
+            "is required, but multiple fields are set"
+        )
+    devices = tuple(
+        _device(
+            raw, driver=driver, nested=version in _NESTED_VERSIONS, path=f"{where}: devices[{i}]"
+        )
+        for i, raw in enumerate(_list(spec.get("devices"), f"{where}: spec.devices"))
+    )
+    return model.ResourceSlice(
+        name=name,
+        driver=driver,
+        pool=str(pool["name"]),
+        generation=generation,
+        resource_slice_count=count,
+        devices=devices,
+        node_name=str(node_name) if node_name is not None else None,
+        node_selector=node_selector,
+        all_nodes=all_nodes,
+    )
+
+
+def _selectors(raw: Any, path: str) -> tuple[str, ...]:
+    expressions: list[str] = []
+    for i, selector in enumerate(_list(raw, path)):
+        expression = _mapping(_mapping(selector, f"{path}[{i}]").get("cel"), f"{path}[{i}].cel")
+        if "expression" not in expression:
+            raise ManifestError(f"{path}[{i}].cel: Required value")
+        expressions.append(str(expression["expression"]))
+    return tuple(expressions)
+
+
+def decode_class(obj: Mapping[str, Any]) -> model.DeviceClass:
+    """A DeviceClass manifest as a value."""
+    _version(obj)
+    name = _name(obj)
+    spec = _mapping(obj.get("spec"), f"DeviceClass {name}: spec")
+    config = tuple(
+        _mapping(_mapping(entry, "config").get("opaque"), f"DeviceClass {name}: spec.config")
+        for entry in _list(spec.get("config"), f"DeviceClass {name}: spec.config")
+    )
+    return model.DeviceClass(
+        name=name,
+        selectors=_selectors(spec.get("selectors"), f"DeviceClass {name}: spec.selectors"),
+        config=tuple(c for c in config if c),
+    )
+
+
+def _sub_request(
+    fields: Mapping[str, Any], *, name: str, path: str, admin_allowed: bool
+) -> model.DeviceSubRequest:
+    class_name = fields.get("deviceClassName")
+    if not isinstance(class_name, str) or not class_name:
+        raise ManifestError(f"{path}.deviceClassName: Required value")
+    mode = fields.get("allocationMode") or model.EXACT_COUNT
+    if mode not in _MODES:
+        raise ManifestError(
+            f'{path}.allocationMode: Unsupported value: "{mode}": supported values: '
+            '"All", "ExactCount"'
+        )
+    count = int(fields.get("count") or 0)
+    if mode == model.EXACT_COUNT:
+        if count < 0:
+            raise ManifestError(f"{path}.count: Invalid value: {count}: must be greater than zero")
+        count = count or 1
+    elif count:
+        raise ManifestError(
+            f"{path}.count: Invalid value: {count}: must not be specified when "
+            "allocationMode is 'All'"
+        )
+    admin = fields.get("adminAccess")
+    if admin is not None and not admin_allowed:
+        raise ManifestError(f"{path}.adminAccess: Forbidden: not allowed in a firstAvailable entry")
+    return model.DeviceSubRequest(
+        name=name,
+        device_class_name=class_name,
+        selectors=_selectors(fields.get("selectors"), f"{path}.selectors"),
+        allocation_mode=cast("model.AllocationMode", mode),
+        count=count,
+        admin_access=None if admin is None else bool(admin),
+    )
+
+
+def _request(raw: Any, *, version: str, path: str) -> model.DeviceRequest:
+    fields = _mapping(raw, path)
+    name = fields.get("name")
+    if not isinstance(name, str) or not name:
+        raise ManifestError(f"{path}.name: Required value")
+    first_available = _list(fields.get("firstAvailable"), f"{path}.firstAvailable")
+    if version in _NESTED_VERSIONS:
+        exactly: Mapping[str, Any] | None = None if first_available else fields
+    else:
+        exactly = _mapping(fields["exactly"], f"{path}.exactly") if "exactly" in fields else None
+        if (exactly is None) == (not first_available):
+            raise ManifestError(f"{path}: exactly one of `exactly` or `firstAvailable` is required")
+    if exactly is not None:
+        where = path if version in _NESTED_VERSIONS else f"{path}.exactly"
+        sub = _sub_request(exactly, name=name, path=where, admin_allowed=True)
+        return model.DeviceRequest(name=name, alternatives=(sub,))
+    alternatives = []
+    for i, entry in enumerate(first_available):
+        entry_fields = _mapping(entry, f"{path}.firstAvailable[{i}]")
+        sub_name = entry_fields.get("name")
+        if not isinstance(sub_name, str) or not sub_name:
+            raise ManifestError(f"{path}.firstAvailable[{i}].name: Required value")
+        alternatives.append(
+            _sub_request(
+                entry_fields,
+                name=f"{name}/{sub_name}",
+                path=f"{path}.firstAvailable[{i}]",
+                admin_allowed=False,
+            )
+        )
+    return model.DeviceRequest(name=name, alternatives=tuple(alternatives), first_available=True)
+
+
+def _allocation(raw: Any, path: str) -> model.AllocationResult | None:
+    if raw is None:
+        return None
+    fields = _mapping(raw, path)
+    devices = _mapping(fields.get("devices"), f"{path}.devices")
+    results = []
+    for i, result in enumerate(_list(devices.get("results"), f"{path}.devices.results")):
+        entry = _mapping(result, f"{path}.devices.results[{i}]")
+        admin = entry.get("adminAccess")
+        results.append(
+            model.DeviceRequestAllocationResult(
+                request=str(entry.get("request", "")),
+                driver=str(entry.get("driver", "")),
+                pool=str(entry.get("pool", "")),
+                device=str(entry.get("device", "")),
+                admin_access=None if admin is None else bool(admin),
+            )
+        )
+    return model.AllocationResult(
+        results=tuple(results),
+        node_selector=_node_selector(fields.get("nodeSelector"), f"{path}.nodeSelector"),
+    )
+
+
+def decode_claim(obj: Mapping[str, Any]) -> model.ResourceClaim:
+    """A ResourceClaim (or a ResourceClaimTemplate's claim spec) as a value."""
+    version = _version(obj)
+    name = _name(obj)
+    namespace = str(_mapping(obj.get("metadata"), "metadata").get("namespace") or "default")
+    where = f"{obj.get('kind')} {namespace}/{name}"
+    spec = _mapping(obj.get("spec"), f"{where}: spec")
+    if obj.get("kind") == "ResourceClaimTemplate":
+        spec = _mapping(spec.get("spec"), f"{where}: spec.spec")
+    devices = _mapping(spec.get("devices"), f"{where}: spec.devices")
+    requests = tuple(
+        _request(raw, version=version, path=f"{where}: spec.devices.requests[{i}]")
+        for i, raw in enumerate(_list(devices.get("requests"), f"{where}: spec.devices.requests"))
+    )
+    names = [r.name for r in requests]
+    if len(set(names)) != len(names):
+        raise ManifestError(f"{where}: spec.devices.requests: request names must be unique")
+    known = set(names) | {alt.name for r in requests for alt in r.alternatives}
+    constraints = []
+    for i, raw in enumerate(
+        _list(devices.get("constraints"), f"{where}: spec.devices.constraints")
+    ):
+        entry = _mapping(raw, f"{where}: spec.devices.constraints[{i}]")
+        listed = tuple(str(r) for r in _list(entry.get("requests"), "requests"))
+        for request in listed:
+            if request not in known:
+                raise ManifestError(
+                    f"{where}: spec.devices.constraints[{i}].requests: Invalid value: "
+                    f'"{request}": must be the name of a request in the claim'
+                )
+        attribute = entry.get("matchAttribute")
+        constraints.append(
+            model.DeviceConstraint(
+                requests=listed, match_attribute=str(attribute) if attribute else None
+            )
+        )
+    config = tuple(
+        model.DeviceClaimConfig(
+            requests=tuple(
+                str(r) for r in _list(_mapping(raw, "config").get("requests"), "requests")
+            ),
+            opaque=_mapping(raw.get("opaque"), f"{where}: spec.devices.config[{i}].opaque"),
+        )
+        for i, raw in enumerate(_list(devices.get("config"), f"{where}: spec.devices.config"))
+    )
+    status = _mapping(obj.get("status"), f"{where}: status")
+    return model.ResourceClaim(
+        namespace=namespace,
+        name=name,
+        requests=requests,
+        constraints=tuple(constraints),
+        config=config,
+        allocation=_allocation(status.get("allocation"), f"{where}: status.allocation"),
+        api_version=f"{RESOURCE_GROUP}/{version}",
+    )
+
+
+def decode_node(obj: Mapping[str, Any]) -> model.Node:
+    """A core/v1 Node as node selectors see it."""
+    labels = _mapping(_mapping(obj.get("metadata"), "metadata").get("labels"), "metadata.labels")
+    return model.Node(name=_name(obj), labels={str(k): str(v) for k, v in labels.items()})
+
+
+_DECODERS = {
+    "ResourceSlice": "slices",
+    "DeviceClass": "classes",
+    "ResourceClaim": "claims",
+    "ResourceClaimTemplate": "claims",
+    "Node": "nodes",
+}
+
+
+def _flatten(objects: Iterable[Any]) -> Iterable[Mapping[str, Any]]:
+    for obj in objects:
+        if obj is None:
+            continue
+        if not isinstance(obj, Mapping):
+            raise ManifestError("every document must be a Kubernetes object (a mapping)")
+        if str(obj.get("kind", "")).endswith("List") and isinstance(obj.get("items"), list):
+            yield from _flatten(obj["items"])
+        else:
+            yield obj
+
+
+def decode_objects(objects: Iterable[Any]) -> Inputs:
+    """Sort a stream of manifests (``List`` kinds unpacked) into allocator inputs."""
+    found: dict[str, list[Any]] = {"slices": [], "classes": [], "claims": [], "nodes": []}
+    ignored: list[str] = []
+    for obj in _flatten(objects):
+        kind = str(obj.get("kind", ""))
+        bucket = _DECODERS.get(kind)
+        if bucket is None:
+            ignored.append(_where(obj))
+            continue
+        if bucket == "slices":
+            found[bucket].append(decode_slice(obj))
+        elif bucket == "classes":
+            found[bucket].append(decode_class(obj))
+        elif bucket == "claims":
+            found[bucket].append(decode_claim(obj))
+        else:
+            found[bucket].append(decode_node(obj))
+    return Inputs(
+        slices=tuple(found["slices"]),
+        classes=tuple(found["classes"]),
+        claims=tuple(found["claims"]),
+        nodes=tuple(found["nodes"]),
+        ignored=tuple(ignored),
+    )

@@ -1,0 +1,252 @@
+"""The values the allocator works on: slices, devices, classes, claims and results.
+
+Owns the version-neutral shape of resource.k8s.io objects (v1beta1's ``basic`` wrapper
+and v1/v1beta2's ``exactly`` are gone by the time values reach here) and the
+``status.allocation`` form of results. All frozen; decoding lives in ``manifests``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+from dralet.allocation import cel
+
+__all__ = [
+    "ALL",
+    "EXACT_COUNT",
+    "AllocationMode",
+    "AllocationResult",
+    "Device",
+    "DeviceAllocationConfiguration",
+    "DeviceClaimConfig",
+    "DeviceClass",
+    "DeviceConstraint",
+    "DeviceId",
+    "DeviceRequest",
+    "DeviceRequestAllocationResult",
+    "DeviceSubRequest",
+    "Node",
+    "NodeSelector",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "ResourceClaim",
+    "ResourceSlice",
+]
+
+AllocationMode = Literal["ExactCount", "All"]
+EXACT_COUNT: AllocationMode = "ExactCount"
+ALL: AllocationMode = "All"
+
+
+class DeviceId(NamedTuple):
+    """A device's identity across the cluster: (driver, pool, device)."""
+
+    driver: str
+    pool: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+@dataclass(frozen=True)
+class NodeSelectorRequirement:
+    """One ``matchExpressions`` or ``matchFields`` entry of a core/v1 NodeSelector."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "operator": self.operator}
+        if self.values:
+            out["values"] = list(self.values)
+        return out
+
+
+@dataclass(frozen=True)
+class NodeSelectorTerm:
+    """Requirements that must all hold; an empty term selects no node."""
+
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_fields: tuple[NodeSelectorRequirement, ...] = ()
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.match_expressions:
+            out["matchExpressions"] = [r.to_api() for r in self.match_expressions]
+        if self.match_fields:
+            out["matchFields"] = [r.to_api() for r in self.match_fields]
+        return out
+
+
+@dataclass(frozen=True)
+class NodeSelector:
+    """A core/v1 NodeSelector: the node must match at least one term."""
+
+    terms: tuple[NodeSelectorTerm, ...]
+
+    def to_api(self) -> dict[str, Any]:
+        return {"nodeSelectorTerms": [t.to_api() for t in self.terms]}
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as node selectors see it: its name and labels."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of a slice; ``view`` is None when it has no device fields (not selectable)."""
+
+    name: str
+    attributes: Mapping[str, Mapping[str, Any]]
+    """Attribute name (as published, qualified or not) -> API value, e.g. {"int": 0}."""
+    capacity: Mapping[str, Any]
+    view: cel.DeviceView | None
+
+
+@dataclass(frozen=True)
+class ResourceSlice:
+    """A ResourceSlice: some devices of one pool, visible from some nodes."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    resource_slice_count: int
+    devices: tuple[Device, ...]
+    node_name: str | None = None
+    node_selector: NodeSelector | None = None
+    all_nodes: bool = False
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    """A DeviceClass: selectors every device of the class must pass, and its config."""
+
+    name: str
+    selectors: tuple[str, ...] = ()
+    config: tuple[Mapping[str, Any], ...] = ()
+    """Each entry's ``opaque`` object, as written."""
+
+
+@dataclass(frozen=True)
+class DeviceSubRequest:
+    """One alternative of a request: what to allocate, from which class, how many."""
+
+    name: str
+    """The request's name for a plain request, ``request/sub`` for a firstAvailable entry."""
+    device_class_name: str
+    selectors: tuple[str, ...] = ()
+    allocation_mode: AllocationMode = EXACT_COUNT
+    count: int = 1
+    admin_access: bool | None = None
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """A request of a claim; ``alternatives`` holds one entry unless it uses firstAvailable."""
+
+    name: str
+    alternatives: tuple[DeviceSubRequest, ...]
+    first_available: bool = False
+
+
+@dataclass(frozen=True)
+class DeviceConstraint:
+    """A claim constraint; ``requests`` empty means every request of the claim."""
+
+    requests: tuple[str, ...]
+    match_attribute: str | None
+
+
+@dataclass(frozen=True)
+class DeviceClaimConfig:
+    """A claim's ``spec.devices.config`` entry."""
+
+    requests: tuple[str, ...]
+    opaque: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class DeviceRequestAllocationResult:
+    """One allocated device, as in ``status.allocation.devices.results``."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool | None = None
+
+    @property
+    def device_id(self) -> DeviceId:
+        return DeviceId(self.driver, self.pool, self.device)
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "request": self.request,
+            "driver": self.driver,
+            "pool": self.pool,
+            "device": self.device,
+        }
+        if self.admin_access is not None:
+            out["adminAccess"] = self.admin_access
+        return out
+
+
+@dataclass(frozen=True)
+class DeviceAllocationConfiguration:
+    """One ``status.allocation.devices.config`` entry."""
+
+    source: Literal["FromClass", "FromClaim"]
+    requests: tuple[str, ...]
+    opaque: Mapping[str, Any]
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source}
+        if self.requests:
+            out["requests"] = list(self.requests)
+        out["opaque"] = dict(self.opaque)
+        return out
+
+
+@dataclass(frozen=True)
+class AllocationResult:
+    """A claim's ``status.allocation``."""
+
+    results: tuple[DeviceRequestAllocationResult, ...]
+    config: tuple[DeviceAllocationConfiguration, ...] = ()
+    node_selector: NodeSelector | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        devices: dict[str, Any] = {"results": [r.to_api() for r in self.results]}
+        if self.config:
+            devices["config"] = [c.to_api() for c in self.config]
+        out: dict[str, Any] = {"devices": devices}
+        if self.node_selector is not None:
+            out["nodeSelector"] = self.node_selector.to_api()
+        return out
+
+
+@dataclass(frozen=True)
+class ResourceClaim:
+    """A ResourceClaim's spec (and allocation, if it already has one)."""
+
+    namespace: str
+    name: str
+    requests: tuple[DeviceRequest, ...]
+    constraints: tuple[DeviceConstraint, ...] = ()
+    config: tuple[DeviceClaimConfig, ...] = ()
+    allocation: AllocationResult | None = None
+    api_version: str = "resource.k8s.io/v1"
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, as the scheduler names the claim in its messages."""
+        return f"{self.namespace}/{self.name}"

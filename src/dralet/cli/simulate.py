@@ -1,0 +1,273 @@
+"""``dralet simulate``: the scheduler's structured allocation as a dry run.
+
+Reads ResourceSlices, DeviceClasses, ResourceClaims (or templates) and optionally Nodes
+from files, directories or a live cluster, allocates each unallocated claim on the
+first node where it fits, and prints the result in the shape of ``status.allocation``;
+``--explain`` adds, per request, the devices that were not chosen and why. Exit codes:
+0 every claim allocated, 1 some could not be, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from dralet.allocation import allocator, manifests, model, simulation
+
+__all__ = ["command"]
+
+EXIT_ALLOCATED = 0
+EXIT_NOT_ALLOCATED = 1
+EXIT_BAD_INPUT = 2
+TABLE_WIDTH = 96
+"""Widest line of the table output (fits a 100-column terminal)."""
+INDENT = "  "
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
+FIRST_VERSION_ALL_NEEDS_A_DEVICE = (1, 33)
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def _files(path: Path) -> Iterator[Path]:
+    if path.is_dir():
+        for child in sorted(path.rglob("*")):
+            if child.is_file() and child.suffix in MANIFEST_SUFFIXES:
+                yield child
+    else:
+        yield path
+
+
+def _documents(paths: Iterable[str]) -> list[Any]:
+    documents: list[Any] = []
+    for given in paths:
+        for path in _files(Path(given)):
+            try:
+                text = path.read_text(encoding="utf-8")
+                if path.suffix == ".json":
+                    documents.append(json.loads(text))
+                else:
+                    documents.extend(yaml.load_all(text, Loader=_LOADER))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as error:
+                raise BadInput(f"{path}: {error}") from None
+    return documents
+
+
+def _read_cluster(kubeconfig: str) -> list[Any]:
+    """Slices, classes and claims of a live cluster (Nodes are not read)."""
+    from dralet import kube  # imported here: the API client takes a second to load
+
+    async def read() -> list[Any]:
+        async with await kube.connect(kubeconfig=kubeconfig) as client:
+            inventory = await kube.read_inventory(client)
+        return [*inventory.slices, *inventory.device_classes, *inventory.claims]
+
+    try:
+        return asyncio.run(read())
+    except (kube.ApiError, OSError) as error:
+        raise BadInput(f"reading the cluster: {error}") from None
+
+
+def _settings(kubernetes_version: str, *, admin_access: bool) -> simulation.SimulationSettings:
+    major, minor = (int(part) for part in kubernetes_version.split("."))
+    return simulation.SimulationSettings(
+        allocator=allocator.AllocatorSettings(
+            admin_access_enabled=admin_access,
+            all_mode_needs_a_device=(major, minor) >= FIRST_VERSION_ALL_NEEDS_A_DEVICE,
+        )
+    )
+
+
+# --- output ------------------------------------------------------------------------
+
+
+def _explanation(node: allocator.NodeAllocation) -> dict[str, Any]:
+    return {
+        "node": node.node or None,
+        "fits": node.fits,
+        "notes": list(node.notes),
+        "rejected": [
+            {"request": r.request, "device": str(r.device), "reason": r.reason}
+            for r in node.rejections
+        ],
+    }
+
+
+def _outcome(outcome: simulation.ClaimOutcome, *, explain: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "namespace": outcome.claim.namespace,
+        "name": outcome.claim.name,
+        "status": outcome.status,
+        "node": outcome.node or None,
+    }
+    if outcome.allocation is not None:
+        out["allocation"] = outcome.allocation.to_api()
+    if outcome.error is not None:
+        out["error"] = outcome.error
+    if outcome.status != "already-allocated":
+        out["nodesTried"] = outcome.nodes_tried
+    if explain:
+        out["explain"] = [_explanation(node) for node in outcome.explanations]
+    return out
+
+
+def _document(report: simulation.SimulationReport, *, explain: bool) -> dict[str, Any]:
+    return {
+        "searchOrder": report.search_order,
+        "allAllocated": report.all_allocated,
+        "claims": [_outcome(o, explain=explain) for o in report.outcomes],
+        "ignored": list(report.ignored),
+    }
+
+
+def _wrapped(text: str, *, indent: str) -> list[str]:
+    return textwrap.wrap(
+        text, width=TABLE_WIDTH, initial_indent=indent, subsequent_indent=indent + INDENT * 2
+    )
+
+
+def _selector_text(selector: model.NodeSelector) -> str:
+    terms = []
+    for term in selector.terms:
+        requirements = [*term.match_expressions, *term.match_fields]
+        terms.append(
+            ", ".join(f"{r.key} {r.operator} [{' '.join(r.values)}]".rstrip() for r in requirements)
+        )
+    return " OR ".join(terms)
+
+
+def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
+    lines: list[str] = []
+    for outcome in report.outcomes:
+        if outcome.status == "unschedulable":
+            where = f"on none of {outcome.nodes_tried} nodes tried"
+        elif outcome.status == "already-allocated":
+            where = "before this run"
+        else:
+            where = f"on node {outcome.node or '-'}"
+        lines.append(f"{outcome.claim.key}: {outcome.status} {where}")
+        if outcome.error is not None:
+            lines.extend(_wrapped(f"error: {outcome.error}", indent=INDENT))
+        if outcome.allocation is not None:
+            rows = [("REQUEST", "DRIVER", "POOL", "DEVICE")] + [
+                (
+                    r.request + (" (admin)" if r.admin_access else ""),
+                    r.driver,
+                    r.pool,
+                    r.device,
+                )
+                for r in outcome.allocation.results
+            ]
+            widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+            for row in rows:
+                cells = "  ".join(
+                    cell.ljust(width) for cell, width in zip(row, widths, strict=True)
+                )
+                lines.append(INDENT + cells.rstrip())
+            selector = outcome.allocation.node_selector
+            if selector is not None:
+                lines.extend(_wrapped(f"nodeSelector: {_selector_text(selector)}", indent=INDENT))
+        if explain:
+            for node_outcome in outcome.explanations:
+                verdict = "fits" if node_outcome.fits else "does not fit"
+                lines.append(f"{INDENT}on node {node_outcome.node or '-'}: {verdict}")
+                for note in node_outcome.notes:
+                    lines.extend(_wrapped(f"note: {note}", indent=INDENT * 2))
+                for rejection in node_outcome.rejections:
+                    text = f"{rejection.request}: {rejection.device}: {rejection.reason}"
+                    lines.extend(_wrapped(text, indent=INDENT * 2))
+            shown = len(outcome.explanations)
+            if outcome.status == "unschedulable" and outcome.nodes_tried > shown:
+                lines.append(f"{INDENT}... and {outcome.nodes_tried - shown} more nodes")
+    lines.extend(_wrapped(f"search order: {report.search_order}", indent=""))
+    return "\n".join(lines) + "\n"
+
+
+@click.command(name="simulate")
+@click.argument("paths", nargs=-1, type=click.Path(exists=True))
+@click.option("--slices", multiple=True, type=click.Path(exists=True), help="ResourceSlices.")
+@click.option("--classes", multiple=True, type=click.Path(exists=True), help="DeviceClasses.")
+@click.option(
+    "--claims",
+    multiple=True,
+    type=click.Path(exists=True),
+    help="ResourceClaims or ResourceClaimTemplates (and Nodes, for nodeSelector slices).",
+)
+@click.option("--kubeconfig", type=click.Path(exists=True), help="Also read a live cluster.")
+@click.option("--node", help="Allocate on this node only.")
+@click.option("--explain", is_flag=True, help="Say why each device was not chosen.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "yaml", "json"]),
+    default="table",
+    show_default=True,
+)
+@click.option(
+    "--kubernetes-version",
+    type=click.Choice(KUBERNETES_VERSIONS),
+    default=KUBERNETES_VERSIONS[0],
+    show_default=True,
+    help="Scheduler behaviour to mimic (1.33+: an All request must match a device).",
+)
+@click.option(
+    "--admin-access/--no-admin-access",
+    default=True,
+    show_default=True,
+    help="The DRAAdminAccess feature gate.",
+)
+def command(
+    paths: tuple[str, ...],
+    slices: tuple[str, ...],
+    classes: tuple[str, ...],
+    claims: tuple[str, ...],
+    kubeconfig: str | None,
+    node: str | None,
+    explain: bool,
+    output: str,
+    kubernetes_version: str,
+    admin_access: bool,
+) -> None:
+    """Dry-run the scheduler's structured allocation for ResourceClaims.
+
+    PATHS, --slices, --classes and --claims are files or directories of YAML/JSON
+    manifests (multi-document files and List kinds are fine; objects are sorted by
+    kind). Pools and slices are searched in name order, so the result is repeatable;
+    a 1.32 scheduler may pick other, equivalent devices.
+    """
+    documents = _documents([*paths, *slices, *classes, *claims])
+    if kubeconfig is not None:
+        documents.extend(_read_cluster(kubeconfig))
+    try:
+        inputs = manifests.decode_objects(documents)
+    except manifests.ManifestError as error:
+        raise BadInput(str(error)) from None
+    if not inputs.claims:
+        raise BadInput("no ResourceClaim or ResourceClaimTemplate in the input")
+    report = simulation.simulate(
+        inputs,
+        node_name=node,
+        explain=explain,
+        settings=_settings(kubernetes_version, admin_access=admin_access),
+    )
+    document = _document(report, explain=explain)
+    if output == "json":
+        click.echo(json.dumps(document, indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(document, sort_keys=False, width=TABLE_WIDTH), nl=False)
+    else:
+        click.echo(_table(report, explain=explain), nl=False)
+    raise SystemExit(EXIT_ALLOCATED if report.all_allocated else EXIT_NOT_ALLOCATED)
