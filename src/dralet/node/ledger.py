@@ -677,7 +677,7 @@ class Ledger:
 
     # ----------------------------------------------------------------- garbage collection
 
-    async def collect_stale(self, *, now: float | None = None) -> list[str]:
+    async def collect_stale(self, *, now: float | None = None, force: bool = False) -> list[str]:
         """Unprepare claims whose ResourceClaim is gone, replaced or no longer ours.
 
         A claim must look stale for ``stale_claim_grace`` seconds first: the kubelet
@@ -700,7 +700,7 @@ class Ledger:
                 self._stale_since.pop(uid, None)
                 continue
             first_seen = self._stale_since.setdefault(uid, current)
-            if current - first_seen < self.settings.stale_claim_grace:
+            if not force and current - first_seen < self.settings.stale_claim_grace:
                 continue
             async with self._claim_lock(uid):
                 again = self.load().claims.get(uid)
@@ -741,3 +741,26 @@ class Ledger:
 
     def known_claims(self) -> Mapping[str, ClaimRecord]:
         return self.load().claims
+
+    async def release_foreign_finalizer(self, namespace: str, name: str, uid: str) -> list[str]:
+        """Remove our finalizer from a claim this node has no record of (audit repair)."""
+        if self.claims is None:
+            return []
+        async with self._claim_lock(uid):
+            if uid in self.load().claims:
+                return []
+            await self.claims.remove_finalizer(namespace, name, uid, self.finalizer)
+        return ["foreign-finalizer-removed"]
+
+    async def restore_finalizer(self, uid: str) -> list[str]:
+        """Put our finalizer back on a prepared claim that lost it (audit repair)."""
+        if self.claims is None:
+            return []
+        async with self._claim_lock(uid):
+            record = self.load().claims.get(uid)
+            if record is None or record.state != ClaimState.PREPARE_COMPLETED:
+                return []
+            await self.claims.add_finalizer(record.namespace, record.name, uid, self.finalizer)
+            if not record.finalizer_added:
+                await self._put(replace(record, finalizer_added=True))
+        return ["finalizer-restored"]
