@@ -1,0 +1,112 @@
+"""``ClaimClient``: ResourceClaims for the ledger, through the API server.
+
+Implements ``dralet.node.claims.ClaimSource``: read a claim, and add or remove this
+driver's finalizer with a JSON merge patch that carries the claim's resourceVersion as
+a precondition, so a concurrent writer is never overwritten; a 409 means re-read and try
+again. A claim with another UID under the same name is a different claim: for the
+caller, the one it meant is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from dralet import errors
+from dralet.kube import resources, status, versions
+from dralet.kube.client import KubeClient
+
+__all__ = ["ClaimClient"]
+
+log = logging.getLogger(__name__)
+
+
+class ClaimClient:
+    """ResourceClaims at the newest resource.k8s.io version the server serves.
+
+    ``api_version`` (e.g. ``"v1beta1"``) skips discovery; without it the version is
+    negotiated on first use. The ``KubeClient`` stays owned by the caller.
+    """
+
+    def __init__(self, client: KubeClient, *, api_version: str | None = None) -> None:
+        self.client = client
+        self._api_version = api_version
+        self._lock = asyncio.Lock()
+
+    async def api_version(self) -> str:
+        """The resource.k8s.io version in use (negotiated once)."""
+        if self._api_version is None:
+            async with self._lock:
+                if self._api_version is None:
+                    self._api_version = await versions.negotiate_resource_version(self.client)
+        return self._api_version
+
+    async def _resource(self) -> resources.Resource:
+        return resources.resource_claims(await self.api_version())
+
+    async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The ResourceClaim as served (JSON dict), or None when it does not exist."""
+        resource = await self._resource()
+        try:
+            claim = await self.client.get(resource, name, namespace=namespace)
+        except status.ApiError as error:
+            if error.not_found:
+                return None
+            raise
+        claim.setdefault("apiVersion", resource.api_version)
+        claim.setdefault("kind", resource.kind)
+        return claim
+
+    async def add_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+        """Add ``finalizer`` to the claim with this UID; False if that claim is gone
+        (missing, replaced by another UID, or already being deleted)."""
+        result = await self._change_finalizers(namespace, name, uid, finalizer, add=True)
+        return result
+
+    async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+        """Remove ``finalizer``; True also when the claim with this UID is already gone."""
+        await self._change_finalizers(namespace, name, uid, finalizer, add=False)
+        return True
+
+    async def _change_finalizers(
+        self, namespace: str, name: str, uid: str, finalizer: str, *, add: bool
+    ) -> bool:
+        resource = await self._resource()
+        backoff = self.client.settings.conflict_backoff
+        where = f"ResourceClaim {namespace}/{name}"
+        for attempt in range(len(backoff) + 1):
+            claim = await self.get_claim(namespace, name)
+            metadata = (claim or {}).get("metadata") or {}
+            if claim is None or metadata.get("uid") != uid:
+                return False
+            finalizers = list(metadata.get("finalizers") or [])
+            if add:
+                if finalizer in finalizers:
+                    return True
+                if metadata.get("deletionTimestamp"):
+                    return False
+                finalizers.append(finalizer)
+            else:
+                if finalizer not in finalizers:
+                    return True
+                finalizers = [f for f in finalizers if f != finalizer]
+            try:
+                await self.client.merge_patch(
+                    resource,
+                    name,
+                    {"metadata": {"finalizers": finalizers or None}},
+                    namespace=namespace,
+                    resource_version=str(metadata.get("resourceVersion")),
+                )
+                return True
+            except status.ApiError as error:
+                if error.not_found:
+                    return False
+                if not error.conflict or attempt >= len(backoff):
+                    raise
+                self.client.count_retry("conflict")
+                log.info("%s changed under us (attempt %d); re-reading", where, attempt + 1)
+                await asyncio.sleep(backoff[attempt])
+        raise errors.TemporaryError(f"{where}: finalizer update kept conflicting")

@@ -1,0 +1,426 @@
+"""One connection to the API server on ``kubernetes.aio``: raw JSON in and out, with retries.
+
+``KubeClient`` sends requests through the official client's ``ApiClient`` (its
+configuration, TLS, auth and connection pool) but reads and writes plain JSON dicts,
+never typed models: typed models drop fields they do not know, so a read-modify-write
+through them would erase what a newer server added. ``connect`` builds one from a
+kubeconfig file, the in-cluster service account, or a plain URL (the API stand-in).
+
+Retries are data (``KubeSettings``): connection failures and 429/5xx answers are retried
+after the settings' backoff, or after the server's ``Retry-After`` when it sends one,
+and each retry is counted in ``DriverMetrics.api_retries``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import aiohttp
+from kubernetes.aio import config as _kube_config
+from kubernetes.aio.client import ApiClient, Configuration
+
+from dralet.kube import resources, status
+from dralet.kube.settings import KubeSettings
+from dralet.metrics import DriverMetrics
+
+__all__ = ["KubeClient", "connect"]
+
+log = logging.getLogger(__name__)
+
+# The client's config loaders are untyped; they are called through this typed alias.
+kube_config: Any = _kube_config
+
+JSONObject = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+JSON = "application/json"
+_IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
+_OK_MAX = 299
+_IDEMPOTENT = frozenset({"GET", "PUT", "DELETE"})
+
+
+class KubeClient:
+    """Dict-in, dict-out access to the API server. Close it (or use ``async with``)."""
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        settings: KubeSettings | None = None,
+        metrics: DriverMetrics | None = None,
+    ) -> None:
+        self.api_client = api_client
+        self.settings = settings or KubeSettings()
+        self.metrics = metrics
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await cast(Any, self.api_client).close()
+
+    @property
+    def host(self) -> str:
+        return str(self.api_client.configuration.host)
+
+    # -- the raw request -------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = JSON,
+    ) -> JSONObject:
+        """Send one request, retrying as the settings say; the decoded JSON answer.
+
+        Raises ``status.ApiError`` for any answer that is not 2xx after the retries.
+        """
+        attempt = 0
+        while True:
+            try:
+                code, data, retry_after = await self._send(
+                    method, path, query=query, body=body, content_type=content_type
+                )
+            except asyncio.CancelledError:
+                raise
+            except (aiohttp.ClientError, TimeoutError) as error:
+                retryable = isinstance(error, aiohttp.ClientConnectorError) or (
+                    method in _IDEMPOTENT
+                )
+                if not retryable or attempt >= len(self.settings.retry_backoff):
+                    raise
+                delay = self.settings.retry_backoff[attempt]
+                reason = type(error).__name__
+            else:
+                if code <= _OK_MAX:
+                    decoded = json.loads(data) if data else {}
+                    return decoded if isinstance(decoded, dict) else {"items": decoded}
+                error_ = status.error_from_response(code, data, retry_after=retry_after)
+                if code not in self.settings.retryable_codes or attempt >= len(
+                    self.settings.retry_backoff
+                ):
+                    raise error_
+                delay = self.settings.retry_backoff[attempt]
+                if error_.retry_after is not None:
+                    delay = min(error_.retry_after, self.settings.retry_after_cap)
+                reason = str(code)
+            attempt += 1
+            self.count_retry(reason)
+            log.info(
+                "retrying %s %s (attempt %d) in %.2fs: %s", method, path, attempt, delay, reason
+            )
+            await asyncio.sleep(delay)
+
+    def count_retry(self, reason: str) -> None:
+        """Count one retry of an API request in ``DriverMetrics.api_retries``."""
+        if self.metrics is not None:
+            self.metrics.api_retries.labels(reason=reason).inc()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]],
+        body: Any,
+        content_type: str,
+    ) -> tuple[int, bytes, str | None]:
+        response = await self._open(
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            client_timeout=aiohttp.ClientTimeout(total=self.settings.request_timeout),
+        )
+        try:
+            data = await response.read()
+            return response.status, data, response.headers.get("Retry-After")
+        finally:
+            response.release()
+
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]],
+        body: Any,
+        content_type: str,
+        client_timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        serialized = await self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query) or None,
+            header_params={"Accept": JSON, "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        method_, url, headers, body_, _post = serialized
+        rest_response = await self.api_client.call_api(
+            method_, url, header_params=headers, body=body_, _request_timeout=client_timeout
+        )
+        response: aiohttp.ClientResponse = rest_response.response
+        return response
+
+    # -- verbs -----------------------------------------------------------------------
+
+    async def get(
+        self, resource: resources.Resource, name: str, *, namespace: str | None = None
+    ) -> JSONObject:
+        """One object; ``ApiError`` with ``not_found`` when there is none."""
+        return await self.request("GET", resource.path(namespace=namespace, name=name))
+
+    async def list(
+        self,
+        resource: resources.Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> JSONObject:
+        """The list object (``items`` and ``metadata.resourceVersion``).
+
+        Without ``namespace`` a namespaced resource is listed across all namespaces.
+        Items get ``apiVersion`` and ``kind`` filled in, as the server leaves them out.
+        """
+        query = _selectors(label_selector, field_selector)
+        listed = await self.request("GET", resource.path(namespace=namespace), query=query)
+        for item in listed.get("items") or []:
+            item.setdefault("apiVersion", resource.api_version)
+            item.setdefault("kind", resource.kind)
+        return listed
+
+    async def create(
+        self, resource: resources.Resource, body: Mapping[str, Any], *, namespace: str | None = None
+    ) -> JSONObject:
+        return await self.request(
+            "POST",
+            resource.path(namespace=namespace),
+            body=dict(body),
+            query=[("fieldManager", self.settings.field_manager)],
+        )
+
+    async def merge_patch(
+        self,
+        resource: resources.Resource,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        subresource: str = "",
+    ) -> JSONObject:
+        """A JSON merge patch; with ``resource_version`` it applies only to that version
+        (else ``ApiError`` with ``conflict``)."""
+        body = dict(patch)
+        if resource_version is not None:
+            metadata = dict(body.get("metadata") or {})
+            metadata["resourceVersion"] = resource_version
+            body["metadata"] = metadata
+        return await self.request(
+            "PATCH",
+            resource.path(namespace=namespace, name=name, subresource=subresource),
+            body=body,
+            content_type=MERGE_PATCH,
+            query=[("fieldManager", self.settings.field_manager)],
+        )
+
+    async def json_patch(
+        self,
+        resource: resources.Resource,
+        name: str,
+        operations: Sequence[Mapping[str, Any]],
+        *,
+        namespace: str | None = None,
+    ) -> JSONObject:
+        return await self.request(
+            "PATCH",
+            resource.path(namespace=namespace, name=name),
+            body=[dict(op) for op in operations],
+            content_type=JSON_PATCH,
+        )
+
+    async def apply(
+        self,
+        resource: resources.Resource,
+        body: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        force: bool = True,
+    ) -> JSONObject:
+        """Server-side apply of ``body`` (which names the object) as the settings' manager."""
+        name = str(body["metadata"]["name"])
+        query = [("fieldManager", self.settings.field_manager)]
+        if force:
+            query.append(("force", "true"))
+        return await self.request(
+            "PATCH",
+            resource.path(namespace=namespace, name=name),
+            body=dict(body),
+            content_type=APPLY_PATCH,
+            query=query,
+        )
+
+    async def delete(
+        self,
+        resource: resources.Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        uid: str | None = None,
+    ) -> JSONObject:
+        """Delete one object, optionally only at this resourceVersion or UID."""
+        preconditions = {
+            key: value
+            for key, value in (("resourceVersion", resource_version), ("uid", uid))
+            if value is not None
+        }
+        options: JSONObject = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if preconditions:
+            options["preconditions"] = preconditions
+        return await self.request(
+            "DELETE", resource.path(namespace=namespace, name=name), body=options
+        )
+
+    async def delete_collection(
+        self,
+        resource: resources.Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> JSONObject:
+        return await self.request(
+            "DELETE",
+            resource.path(namespace=namespace),
+            query=_selectors(label_selector, field_selector),
+        )
+
+    async def watch(
+        self,
+        resource: resources.Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+        resource_version: str = "",
+    ) -> AsyncIterator[JSONObject]:
+        """Raw watch events (``type``, ``object``) of one watch request, until it ends.
+
+        A 410 (as an HTTP answer or an ``ERROR`` event) raises ``ApiError`` with ``gone``:
+        the caller must relist. ``dralet.kube.watching.follow`` does that for you.
+        """
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(self.settings.watch_timeout)),
+            *_selectors(label_selector, field_selector),
+        ]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=self.settings.request_timeout,
+            sock_read=self.settings.watch_timeout + self.settings.watch_read_margin,
+        )
+        response = await self._open(
+            "GET",
+            resource.path(namespace=namespace),
+            query=query,
+            body=None,
+            content_type=JSON,
+            client_timeout=timeout,
+        )
+        try:
+            if response.status > _OK_MAX:
+                data = await response.read()
+                raise status.error_from_response(
+                    response.status, data, retry_after=response.headers.get("Retry-After")
+                )
+            while True:
+                line = await response.content.readline()
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    failure = event.get("object") or {}
+                    raise status.ApiError(
+                        int(failure.get("code") or 500),
+                        reason=str(failure.get("reason") or "Unknown"),
+                        message=str(failure.get("message") or ""),
+                        status=failure,
+                    )
+                yield event
+        finally:
+            response.release()
+            response.close()
+
+    async def served_versions(self, group: str) -> builtins.list[str]:
+        """The versions of ``group`` the server serves, preferred first; [] if none."""
+        try:
+            discovered = await self.request("GET", f"/apis/{group}")
+        except status.ApiError as error:
+            if error.not_found:
+                return []
+            raise
+        return [str(v["version"]) for v in discovered.get("versions") or []]
+
+
+def _selectors(label_selector: str, field_selector: str) -> list[tuple[str, str]]:
+    query = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    return query
+
+
+async def connect(
+    *,
+    url: str | None = None,
+    kubeconfig: str | os.PathLike[str] | None = None,
+    context: str | None = None,
+    in_cluster: bool | None = None,
+    settings: KubeSettings | None = None,
+    metrics: DriverMetrics | None = None,
+) -> KubeClient:
+    """A ``KubeClient`` for the first of: a plain ``url`` (no auth: the API stand-in), a
+    ``kubeconfig`` file, the in-cluster service account (``in_cluster=True``, or by default
+    when ``KUBERNETES_SERVICE_HOST`` is set), then ``$KUBECONFIG`` or ``~/.kube/config``."""
+    configuration = Configuration()
+    if url is not None:
+        configuration.host = url.rstrip("/")
+    elif kubeconfig is not None:
+        await kube_config.load_kube_config(
+            config_file=str(Path(kubeconfig)),
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    elif in_cluster or (in_cluster is None and os.environ.get(_IN_CLUSTER_ENV)):
+        kube_config.load_incluster_config(client_configuration=configuration)
+    else:
+        await kube_config.load_kube_config(
+            context=context, client_configuration=configuration, persist_config=False
+        )
+    return KubeClient(ApiClient(configuration), settings=settings, metrics=metrics)

@@ -1,0 +1,358 @@
+"""ResourceSlices as values: device rules, the slices of a pool, and the diff.
+
+Pure functions over frozen values and JSON dicts, used by the publisher to decide what
+to write and by the API stand-in to refuse what a real server refuses. Slices are built
+in the canonical (v1) shape; ``dralet.kube.shapes`` rewrites them for the served
+version. The limits and name rules are those of resource.k8s.io (1.32 and later).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dralet import errors
+
+__all__ = [
+    "MAX_ATTRIBUTES_AND_CAPACITIES",
+    "MAX_DEVICES_PER_SLICE",
+    "InvalidDeviceError",
+    "NodeOwner",
+    "PoolPlan",
+    "SliceWrite",
+    "device_problems",
+    "dns_subdomain_problems",
+    "driver_name_problems",
+    "node_name_problems",
+    "plan_pool",
+    "pool_name_problems",
+    "qualified_name_problems",
+    "slice_object",
+    "slice_spec",
+]
+
+MAX_DEVICES_PER_SLICE = 128
+"""Devices one ResourceSlice may hold (ResourceSliceMaxDevices)."""
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+"""Attributes plus capacities one device may have."""
+MAX_ID_LENGTH = 32
+"""Longest attribute or capacity name without its domain (a C identifier)."""
+MAX_DOMAIN_LENGTH = 63
+"""Longest domain of a qualified name, and of a driver name."""
+MAX_VALUE_LENGTH = 64
+"""Longest string or version attribute value."""
+MAX_LABEL_LENGTH = 63
+"""Longest DNS-1123 label (device names)."""
+MAX_SUBDOMAIN_LENGTH = 253
+"""Longest DNS-1123 subdomain (pool names)."""
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+_QUANTITY = re.compile(
+    r"^[+-]?(\d+(\.\d*)?|\.\d+)"
+    r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
+)
+
+
+class InvalidDeviceError(errors.PermanentError):
+    """Devices the API server would refuse; nothing is published until they are fixed."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("devices cannot be published: " + "; ".join(problems))
+        self.problems = tuple(problems)
+
+
+@dataclass(frozen=True)
+class NodeOwner:
+    """The Node that owns a node-local pool's slices (its ownerReference)."""
+
+    name: str
+    uid: str | None = None
+    """None when the Node could not be read: the slices are then written without owner."""
+
+
+# -- rules ---------------------------------------------------------------------------
+
+
+def dns_subdomain_problems(value: str, *, what: str, limit: int) -> list[str]:
+    if not value:
+        return [f"{what} must not be empty"]
+    if len(value) > limit:
+        return [f"{what} {value!r} is longer than {limit} characters"]
+    if not _DNS_SUBDOMAIN.match(value):
+        return [f"{what} {value!r} is not a lower-case DNS subdomain"]
+    return []
+
+
+def driver_name_problems(driver: str) -> list[str]:
+    """A driver name: at most 63 characters, a DNS subdomain once lower-cased."""
+    return dns_subdomain_problems(driver.lower(), what="driver name", limit=MAX_DOMAIN_LENGTH)
+
+
+def node_name_problems(node: str) -> list[str]:
+    """A node name: a DNS subdomain of at most 253 characters."""
+    return dns_subdomain_problems(node, what="node name", limit=MAX_SUBDOMAIN_LENGTH)
+
+
+def pool_name_problems(pool: str) -> list[str]:
+    """A pool name: at most 253 characters, '/'-separated DNS subdomains."""
+    if len(pool) > MAX_SUBDOMAIN_LENGTH:
+        return [f"pool name {pool!r} is longer than {MAX_SUBDOMAIN_LENGTH} characters"]
+    problems: list[str] = []
+    for part in pool.split("/"):
+        problems += dns_subdomain_problems(part, what="pool name part", limit=MAX_SUBDOMAIN_LENGTH)
+    return problems
+
+
+def qualified_name_problems(name: str) -> list[str]:
+    """An attribute or capacity name: ``id`` or ``domain/id`` (id a C identifier ≤32)."""
+    domain, _, identifier = name.rpartition("/")
+    problems = []
+    if "/" in name:
+        if not domain:
+            problems.append(f"name {name!r} has an empty domain")
+        else:
+            problems += [
+                f"name {name!r}: {p}"
+                for p in dns_subdomain_problems(
+                    domain.lower(), what="domain", limit=MAX_DOMAIN_LENGTH
+                )
+            ]
+    if not identifier:
+        problems.append(f"name {name!r} has an empty identifier")
+    elif len(identifier) > MAX_ID_LENGTH:
+        problems.append(f"name {name!r}: identifier is longer than {MAX_ID_LENGTH} characters")
+    elif not _C_IDENTIFIER.match(identifier):
+        problems.append(f"name {name!r}: identifier is not a C identifier")
+    return problems
+
+
+def attribute_value_problems(name: str, value: Mapping[str, Any]) -> list[str]:
+    """One attribute in JSON: exactly one of int, bool, string, version, each valid."""
+    present = [k for k in ("int", "bool", "string", "version") if value.get(k) is not None]
+    if len(present) != 1:
+        return [f"attribute {name!r}: exactly one value must be specified (got {present})"]
+    kind = present[0]
+    item = value[kind]
+    if kind == "int" and (
+        isinstance(item, bool) or not isinstance(item, int) or not INT64_MIN <= item <= INT64_MAX
+    ):
+        return [f"attribute {name!r}: int {item!r} is not a 64-bit integer"]
+    if kind == "bool" and not isinstance(item, bool):
+        return [f"attribute {name!r}: bool {item!r} is not a boolean"]
+    if kind in {"string", "version"}:
+        if not isinstance(item, str):
+            return [f"attribute {name!r}: {kind} {item!r} is not a string"]
+        if len(item) > MAX_VALUE_LENGTH:
+            return [f"attribute {name!r}: {kind} is longer than {MAX_VALUE_LENGTH} characters"]
+        if kind == "version" and not _SEMVER.match(item):
+            return [f"attribute {name!r}: version {item!r} is not semantic version 2.0.0"]
+    return []
+
+
+def quantity_problems(name: str, quantity: Any) -> list[str]:
+    if not isinstance(quantity, str | int) or isinstance(quantity, bool):
+        return [f"capacity {name!r}: {quantity!r} is not a quantity"]
+    if not _QUANTITY.match(str(quantity)):
+        return [f"capacity {name!r}: {quantity!r} is not a Kubernetes quantity"]
+    return []
+
+
+def device_problems(device: Mapping[str, Any]) -> list[str]:
+    """Everything the API server would refuse about one device in canonical JSON."""
+    name = str(device.get("name") or "")
+    where = f"device {name!r}"
+    problems: list[str] = []
+    if not name or len(name) > MAX_LABEL_LENGTH or not _DNS_LABEL.match(name):
+        problems.append(
+            f"{where}: name must be a DNS label of at most {MAX_LABEL_LENGTH} characters"
+        )
+    attributes = device.get("attributes") or {}
+    capacity = device.get("capacity") or {}
+    total = len(attributes) + len(capacity)
+    if total > MAX_ATTRIBUTES_AND_CAPACITIES:
+        problems.append(
+            f"{where}: {total} attributes and capacities; the total must not exceed "
+            f"{MAX_ATTRIBUTES_AND_CAPACITIES}"
+        )
+    for key, value in attributes.items():
+        problems += [f"{where}: {p}" for p in qualified_name_problems(key)]
+        problems += [f"{where}: {p}" for p in attribute_value_problems(key, value or {})]
+    for key, value in capacity.items():
+        problems += [f"{where}: {p}" for p in qualified_name_problems(key)]
+        problems += [f"{where}: {p}" for p in quantity_problems(key, (value or {}).get("value"))]
+    return problems
+
+
+# -- building ------------------------------------------------------------------------
+
+
+def slice_spec(
+    devices: Sequence[Mapping[str, Any]],
+    *,
+    driver: str,
+    pool: str,
+    node: NodeOwner,
+    generation: int,
+    count: int,
+) -> dict[str, Any]:
+    """The canonical ``spec`` of one slice of a node-local pool."""
+    return {
+        "driver": driver,
+        "nodeName": node.name,
+        "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+        "devices": [dict(d) for d in devices],
+    }
+
+
+def slice_object(spec: Mapping[str, Any], *, driver: str, node: NodeOwner) -> dict[str, Any]:
+    """A new canonical ResourceSlice object for ``spec`` (named by the server)."""
+    metadata: dict[str, Any] = {"generateName": f"{node.name}-{driver}-"}
+    if node.uid:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": node.name,
+                "uid": node.uid,
+                "controller": True,
+            }
+        ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": metadata,
+        "spec": dict(spec),
+    }
+
+
+# -- diffing -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SliceWrite:
+    """One write the publisher must make."""
+
+    verb: str
+    """``create``, ``update`` (merge patch of ``spec``) or ``delete``."""
+    name: str = ""
+    """The slice's name (empty for create)."""
+    resource_version: str = ""
+    """Precondition for update and delete."""
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    """The canonical spec to create or update to."""
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """What reconciling the pool needs: its generation and the writes."""
+
+    generation: int
+    writes: tuple[SliceWrite, ...]
+
+
+def _devices_of(slice_: Mapping[str, Any]) -> list[Any]:
+    return list((slice_.get("spec") or {}).get("devices") or [])
+
+
+def _pool_of(slice_: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (slice_.get("spec") or {}).get("pool") or {}
+
+
+def plan_pool(
+    chunks: Sequence[Sequence[Mapping[str, Any]]],
+    actual: Sequence[Mapping[str, Any]],
+    *,
+    driver: str,
+    pool: str,
+    node: NodeOwner,
+    last_generation: int | None,
+) -> PoolPlan:
+    """The writes that turn ``actual`` (canonical slices of this node and driver) into
+    the desired pool ``chunks``; none when they already match.
+
+    Slices of other pools of this node and driver are deleted. The generation stays
+    when the live slices still describe the desired pool (some may be missing: they are
+    re-created at that generation); any other difference publishes the whole pool at a
+    new generation, higher than any seen and than ``last_generation``.
+    """
+    ours = [s for s in actual if _pool_of(s).get("name") == pool]
+    writes = [
+        SliceWrite("delete", name=_name(s), resource_version=_rv(s))
+        for s in actual
+        if _pool_of(s).get("name") != pool
+    ]
+    count = len(chunks)
+    generations = [int(_pool_of(s).get("generation") or 0) for s in ours]
+    newest = max([*generations, -1 if last_generation is None else last_generation])
+    current = [s for s in ours if int(_pool_of(s).get("generation") or 0) == newest]
+    wanted = [
+        slice_spec(c, driver=driver, pool=pool, node=node, generation=newest, count=count)
+        for c in chunks
+    ]
+    unmatched_wanted = list(wanted)
+    unmatched_actual: list[Mapping[str, Any]] = []
+    for existing in current:
+        spec = _comparable(existing.get("spec") or {})
+        if spec in unmatched_wanted:
+            unmatched_wanted.remove(spec)
+        else:
+            unmatched_actual.append(existing)
+    stale = [s for s in ours if s not in current]
+    if newest >= 0 and not unmatched_actual and not stale:
+        # The live slices describe the pool: re-create any that went missing.
+        writes += [SliceWrite("create", spec=s) for s in unmatched_wanted]
+        return PoolPlan(newest, tuple(writes))
+    generation = newest + 1
+    specs = [
+        slice_spec(c, driver=driver, pool=pool, node=node, generation=generation, count=count)
+        for c in chunks
+    ]
+    # Reuse existing slices (those holding the same devices first) before creating.
+    reusable = list(ours)
+    for spec in specs:
+        match = next((s for s in reusable if _devices_of(s) == spec["devices"]), None)
+        if match is None and reusable:
+            match = reusable[0]
+        if match is None:
+            writes.append(SliceWrite("create", spec=spec))
+            continue
+        reusable.remove(match)
+        writes.append(
+            SliceWrite("update", name=_name(match), resource_version=_rv(match), spec=spec)
+        )
+    writes += [SliceWrite("delete", name=_name(s), resource_version=_rv(s)) for s in reusable]
+    return PoolPlan(generation, tuple(writes))
+
+
+def _comparable(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A live slice's spec with only the fields dralet writes, for comparison."""
+    pool = spec.get("pool") or {}
+    return {
+        "driver": spec.get("driver"),
+        "nodeName": spec.get("nodeName"),
+        "pool": {
+            "name": pool.get("name"),
+            "generation": pool.get("generation"),
+            "resourceSliceCount": pool.get("resourceSliceCount"),
+        },
+        "devices": list(spec.get("devices") or []),
+    }
+
+
+def _name(slice_: Mapping[str, Any]) -> str:
+    return str((slice_.get("metadata") or {}).get("name") or "")
+
+
+def _rv(slice_: Mapping[str, Any]) -> str:
+    return str((slice_.get("metadata") or {}).get("resourceVersion") or "")

@@ -1,0 +1,123 @@
+"""ClaimClient against the stand-in: the ClaimSource contract the ledger relies on."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from dralet import kube
+from dralet.kube import resources
+from dralet.metrics import DriverMetrics
+from dralet.node import claims
+from dralet.testing.apiserver import ApiServer
+
+from .objects import allocation, claim
+
+FINALIZER = claims.finalizer_name("gpu.example.com")
+
+
+async def _claim(apiserver: ApiServer, name: str = "c1") -> dict[str, Any]:
+    return apiserver.create(claim(name, apiserver.preferred_version))
+
+
+def _finalizers(apiserver: ApiServer, name: str = "c1") -> list[str]:
+    stored = apiserver.get("ResourceClaim", name, namespace="default")
+    assert stored is not None
+    return list(stored["metadata"].get("finalizers") or [])
+
+
+async def test_is_a_claim_source(client: kube.KubeClient) -> None:
+    source: claims.ClaimSource = kube.ClaimClient(client)
+    assert await source.get_claim("default", "missing") is None
+
+
+async def test_get_claim_reads_the_negotiated_version(
+    apiserver: ApiServer, client: kube.KubeClient
+) -> None:
+    created = await _claim(apiserver)
+    apiserver.patch(
+        "ResourceClaim",
+        "c1",
+        {"status": allocation(driver="gpu.example.com", pool="node-a", device="gpu-0")},
+        namespace="default",
+        subresource="status",
+    )
+    got = await kube.ClaimClient(client).get_claim("default", "c1")
+    assert got is not None
+    assert got["apiVersion"] == f"resource.k8s.io/{apiserver.preferred_version}"
+    assert got["metadata"]["uid"] == created["metadata"]["uid"]
+    assert got["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+    requests = got["spec"]["devices"]["requests"]
+    if apiserver.preferred_version == "v1beta1":
+        assert requests[0]["deviceClassName"] == "gpu.example.com"
+    else:
+        assert requests[0]["exactly"]["deviceClassName"] == "gpu.example.com"
+
+
+async def test_add_and_remove_finalizer(apiserver: ApiServer, client: kube.KubeClient) -> None:
+    uid = (await _claim(apiserver))["metadata"]["uid"]
+    source = kube.ClaimClient(client)
+    assert await source.add_finalizer("default", "c1", uid, FINALIZER) is True
+    assert _finalizers(apiserver) == [FINALIZER]
+    writes = len(apiserver.writes)
+    assert await source.add_finalizer("default", "c1", uid, FINALIZER) is True
+    assert len(apiserver.writes) == writes, "adding a present finalizer writes nothing"
+    assert await source.remove_finalizer("default", "c1", uid, FINALIZER) is True
+    assert _finalizers(apiserver) == []
+    patches = [w for w in apiserver.writes_of("ResourceClaim") if w.verb == "patch"]
+    assert len(patches) == 2
+
+
+async def test_finalizer_patches_carry_the_resource_version(
+    apiserver: ApiServer, client: kube.KubeClient, metrics: DriverMetrics
+) -> None:
+    """A writer that changes the claim between our read and our patch causes a 409;
+    the client re-reads and keeps the other writer's change."""
+    uid = (await _claim(apiserver))["metadata"]["uid"]
+    source = kube.ClaimClient(client)
+    real_get = source.get_claim
+    interfered = asyncio.Event()
+
+    async def get_then_interfere(namespace: str, name: str) -> Any:
+        got = await real_get(namespace, name)
+        if not interfered.is_set():
+            interfered.set()
+            apiserver.patch(
+                "ResourceClaim",
+                "c1",
+                {"metadata": {"finalizers": ["other.example.com/keep"]}},
+                namespace="default",
+            )
+        return got
+
+    source.get_claim = get_then_interfere  # type: ignore[method-assign]
+    assert await source.add_finalizer("default", "c1", uid, FINALIZER) is True
+    assert _finalizers(apiserver) == ["other.example.com/keep", FINALIZER]
+    assert metrics.api_retries.labels(reason="conflict")._value.get() == 1
+
+
+async def test_other_uid_means_gone(apiserver: ApiServer, client: kube.KubeClient) -> None:
+    await _claim(apiserver)
+    source = kube.ClaimClient(client)
+    assert await source.add_finalizer("default", "c1", "another-uid", FINALIZER) is False
+    assert _finalizers(apiserver) == []
+    assert await source.remove_finalizer("default", "c1", "another-uid", FINALIZER) is True
+    assert await source.add_finalizer("default", "missing", "u", FINALIZER) is False
+    assert await source.remove_finalizer("default", "missing", "u", FINALIZER) is True
+
+
+async def test_deleted_claim_is_held_by_the_finalizer(
+    apiserver: ApiServer, client: kube.KubeClient
+) -> None:
+    uid = (await _claim(apiserver))["metadata"]["uid"]
+    source = kube.ClaimClient(client)
+    assert await source.add_finalizer("default", "c1", uid, FINALIZER)
+    resource = resources.resource_claims(apiserver.preferred_version)
+    await client.delete(resource, "c1", namespace="default")
+    held = await source.get_claim("default", "c1")
+    assert held is not None
+    assert held["metadata"]["deletionTimestamp"]
+    # A claim being deleted takes no new finalizer (the server forbids it too).
+    assert await source.add_finalizer("default", "c1", uid, "other.example.com/x") is False
+    assert await source.remove_finalizer("default", "c1", uid, FINALIZER) is True
+    assert await source.get_claim("default", "c1") is None
