@@ -32,6 +32,7 @@ class RunOptions:
     kubeconfig: Path | None
     in_cluster: bool
     publish: bool
+    prepare_delay: tuple[tuple[str, float], ...] = ()
 
 
 @contextlib.asynccontextmanager
@@ -57,7 +58,10 @@ def _backend(options: RunOptions, settings: DriverSettings) -> example.Simulated
     if options.driver != "example":
         raise click.BadParameter(f"unknown driver {options.driver!r} (available: example)")
     return example.SimulatedGPUs(
-        state_dir=options.state_dir, node_name=settings.node_name, count=options.gpus
+        state_dir=options.state_dir,
+        node_name=settings.node_name,
+        count=options.gpus,
+        prepare_delay=dict(options.prepare_delay),
     )
 
 
@@ -84,6 +88,14 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
                 background["resourceslices"] = publisher.run
         driver = Driver(settings, backend, claims=claims, metrics=metrics, background=background)
         await driver.run()
+
+
+def _delay(item: str) -> tuple[str, float]:
+    device, sep, seconds = item.partition("=")
+    try:
+        return device, float(seconds)
+    except ValueError:
+        raise click.BadParameter(f"expected DEVICE=SECONDS, got {item!r}") from None
 
 
 @click.command("run")
@@ -127,6 +139,13 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
     show_default=True,
     help="Publish ResourceSlices for this node's devices.",
 )
+@click.option(
+    "--prepare-delay",
+    "prepare_delay",
+    multiple=True,
+    metavar="DEVICE=SECONDS",
+    help="Example driver: make preparing DEVICE take SECONDS (tests, demos).",
+)
 @click.option("--health-port", type=int, default=None, help="gRPC health port (liveness).")
 @click.option("--metrics-port", type=int, default=None, help="Prometheus metrics port.")
 @click.option("--stale-claim-grace", type=float, default=300.0, show_default=True)
@@ -151,6 +170,7 @@ def command(
     health_port: int | None,
     metrics_port: int | None,
     stale_claim_grace: float,
+    prepare_delay: tuple[str, ...],
     log_format: str,
     log_level: str,
 ) -> None:
@@ -175,6 +195,7 @@ def command(
         kubeconfig=kubeconfig,
         in_cluster=in_cluster,
         publish=publish,
+        prepare_delay=tuple(_delay(item) for item in prepare_delay),
     )
     try:
         asyncio.run(serve(settings, options))
