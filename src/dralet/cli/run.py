@@ -91,7 +91,7 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
 
 
 def _delay(item: str) -> tuple[str, float]:
-    device, sep, seconds = item.partition("=")
+    device, _, seconds = item.partition("=")
     try:
         return device, float(seconds)
     except ValueError:
