@@ -15,7 +15,7 @@ from dralet.testing import podman
 
 pytestmark = pytest.mark.runtime
 
-KIND = "example.com/gpu"
+KIND = "gpu.example.com/claim"  # what the example driver writes
 CLAIM_A = "6f1e2d3c-aaaa-4b5a-8c7d-000000000001"
 CLAIM_B = "6f1e2d3c-bbbb-4b5a-8c7d-000000000002"
 

@@ -23,7 +23,7 @@ from dralet.testing import podman
 
 pytestmark = pytest.mark.runtime
 
-KIND = "example.com/gpu"
+KIND = "gpu.example.com/claim"  # what the example driver writes
 CLAIM_UID = "0b9f1c2e-5d4a-4c3b-9e8f-7a6b5c4d3e2f"
 HOST_NULL = (1, 3)  # /dev/null on every Linux host
 HOST_ZERO = (1, 5)
@@ -38,7 +38,8 @@ def write_claim_spec(cdi_dir: Path, value: spec.Spec, claim_uid: str = CLAIM_UID
     """Write ``value`` as ``claim_uid``'s spec file the way the driver does."""
     document = spec.to_json(value)
     path = store.SpecStore(cdi_dir, value.kind).write(claim_uid, document)
-    assert path.name == f"example.com-gpu_{claim_uid}.json" or value.kind != KIND
+    vendor, _, cdi_class = value.kind.partition("/")
+    assert path.name == f"{vendor}-{cdi_class}_{claim_uid}.json"
     return document
 
 
@@ -301,7 +302,7 @@ def test_podman_4_3_accepts_spec_versions_up_to_0_5_0(
     document = spec.to_json(one_device("gpu0", spec.ContainerEdits(env=("A=1",))))
     document["cdiVersion"] = cdi_version
     spec.from_json(document)  # every one is a valid spec for dralet
-    (cdi_dir / "example.com-gpu_raw.json").write_text(json.dumps(document))
+    (cdi_dir / "gpu.example.com-claim_raw.json").write_text(json.dumps(document))
 
     run = podman.run_container(cdi_dir, [f"{KIND}=gpu0"])
 
