@@ -183,7 +183,9 @@ def _device_request_findings(request: dict[str, Any], *, path: Path) -> Iterator
     """Class, selectors, allocation mode and count of a request, exactly or subrequest."""
     class_name = request.get("deviceClassName")
     if not _is_set(class_name):
-        yield Finding("DRA018", path, "`deviceClassName` is required", Anchor.KEY)
+        yield Finding(
+            "DRA018", (*path, "deviceClassName"), "`deviceClassName` is required", Anchor.KEY
+        )
     elif isinstance(class_name, str):
         problem = formats.dns_subdomain_problem(class_name)
         if problem is not None:

@@ -117,7 +117,11 @@ class _Run:
         if shape is None or validator is None:
             yield self._served(obj, self.target.unserved_reason(obj.api_version))
             return
-        yield from schemas.schema_findings(validator, obj.data, api_version=obj.api_version)
+        structural = schemas.schema_findings(validator, obj.data, api_version=obj.api_version)
+        yield from structural
+        yield from _not_repeating(structural, self._dra_semantic_findings(obj, shape))
+
+    def _dra_semantic_findings(self, obj: ManifestObject, shape: ApiShape) -> Iterator[Finding]:
         if obj.name:
             problem = formats.dns_subdomain_problem(obj.name)
             if problem is not None:
@@ -217,6 +221,12 @@ class _Run:
                 )
                 for finding in matching.selection_findings(selection, catalog_):
                     yield _diagnostic(obj, finding)
+
+
+def _not_repeating(structural: list[Finding], semantic: Iterator[Finding]) -> Iterator[Finding]:
+    """Semantic findings, less those about a place the schema already reported."""
+    reported = {f.path for f in structural}
+    return (f for f in semantic if f.path not in reported)
 
 
 def _request_names(spec: Any) -> list[str]:

@@ -106,7 +106,9 @@ def _findings(error: jsonschema.ValidationError, *, api_version: str) -> Iterato
             )
         return
     if error.validator == "required":
-        yield Finding(RULE, path, f"{dotted(path)}: {error.message}", Anchor.KEY)
+        missing = error.message.split("'")[1] if error.message.count("'") >= 2 else ""
+        where = (*path, missing) if missing else path
+        yield Finding(RULE, where, f"{dotted(path)}: {error.message}", Anchor.KEY)
         return
     if error.validator == "oneOf":
         message = f"{error.instance!r} must be a string or a number"

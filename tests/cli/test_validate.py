@@ -1,0 +1,148 @@
+"""``dralet validate`` over the manifest corpus: every file's diagnostics, exactly.
+
+Each ``manifests/NAME.yaml`` (or ``.json``) has ``NAME.expected`` beside it: one
+``line:col: ID severity message`` per diagnostic and the summary line, as the CLI prints
+them without the file name. A first line ``# dralet-validate: ARGS`` adds CLI options.
+Set ``DRALET_UPDATE_EXPECTED=1`` to rewrite the expected files after a deliberate change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dralet.cli.main import cli
+from dralet.validation import catalog
+
+MANIFESTS = Path(__file__).parent / "manifests"
+CORPUS = sorted(p for p in MANIFESTS.iterdir() if p.suffix in (".yaml", ".json"))
+ARGS_PREFIX = "# dralet-validate: "
+ERROR_EXIT = 1
+ERROR_LINE = re.compile(r"\d+:\d+: DRA\d+ error ")
+
+
+def _args(manifest: Path) -> list[str]:
+    first = manifest.read_text(encoding="utf-8").split("\n", 1)[0]
+    return shlex.split(first[len(ARGS_PREFIX) :]) if first.startswith(ARGS_PREFIX) else []
+
+
+def _run(*args: str, stdin: str | None = None) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["validate", *args], input=stdin)
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("manifest", CORPUS, ids=[p.name for p in CORPUS])
+def test_corpus_manifest_gives_exactly_the_expected_diagnostics(manifest: Path) -> None:
+    code, output = _run(*_args(manifest), str(manifest))
+    prefix = f"{manifest}:"
+    lines = [line.removeprefix(prefix) for line in output.splitlines()]
+    expected_file = manifest.with_suffix(".expected")
+    if os.environ.get("DRALET_UPDATE_EXPECTED"):
+        expected_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert lines == expected_file.read_text(encoding="utf-8").splitlines()
+    has_errors = any(ERROR_LINE.match(line) for line in lines[:-1])
+    assert code == (ERROR_EXIT if has_errors else 0)
+
+
+def test_corpus_has_valid_and_invalid_manifests() -> None:
+    valid = [p for p in CORPUS if p.name.startswith("valid-")]
+    invalid = [p for p in CORPUS if not p.name.startswith("valid-")]
+    assert {p.name for p in valid} >= {"valid-v1beta1-k132.yaml", "valid-v1-k134.yaml"}
+    assert len(invalid) >= 25
+    for manifest in valid:
+        assert manifest.with_suffix(".expected").read_text().startswith("no problems found")
+
+
+def test_every_lint_rule_has_a_failing_and_a_passing_example() -> None:
+    expected = {p: p.with_suffix(".expected").read_text() for p in CORPUS}
+    lint_rules = [rule_id for rule_id in catalog.RULES if rule_id.startswith("DRA1")]
+    for rule_id in lint_rules:
+        failing = [p for p, text in expected.items() if f" {rule_id} " in text]
+        passing = [p for p in CORPUS if p.name.startswith("valid-lint-") and rule_id.lower() in p.name]
+        assert failing, f"no corpus file fails {rule_id}"
+        assert passing, f"no valid-lint-* corpus file passes {rule_id}"
+
+
+def test_every_rule_is_exercised_by_the_corpus() -> None:
+    text = "".join(p.with_suffix(".expected").read_text() for p in CORPUS)
+    missing = [rule_id for rule_id in catalog.RULES if f" {rule_id} " not in text]
+    assert not missing
+
+
+def test_json_output_lists_every_diagnostic_with_its_fix() -> None:
+    manifest = MANIFESTS / "invalid-allocation-mode-wffc.yaml"
+    code, output = _run("-o", "json", str(manifest))
+    assert code == ERROR_EXIT
+    assert json.loads(output) == [
+        {
+            "file": str(manifest),
+            "line": 12,
+            "column": 25,
+            "id": "DRA010",
+            "severity": "error",
+            "message": 'allocationMode "WaitForFirstConsumer": supported values: "All", '
+            '"ExactCount"; "WaitForFirstConsumer" was a claim-level mode of the removed '
+            "v1alpha2 API: remove allocationMode (devices are allocated when the pod is "
+            "scheduled)",
+            "fix": catalog.rule("DRA010").fix,
+        }
+    ]
+
+
+def test_stdin_is_read_for_a_dash() -> None:
+    text = (MANIFESTS / "invalid-count.yaml").read_text()
+    code, output = _run("-", stdin=text)
+    assert code == ERROR_EXIT
+    assert output.splitlines()[0] == (
+        "<stdin>:10:14: DRA011 error count -1: must be greater than zero"
+    )
+
+
+def test_a_directory_is_walked_and_sorted_by_file(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "claim.yml").write_text((MANIFESTS / "invalid-count.yaml").read_text())
+    (tmp_path / "a.json").write_text((MANIFESTS / "invalid-manifest.json").read_text())
+    (tmp_path / "notes.txt").write_text("not a manifest")
+    code, output = _run(str(tmp_path))
+    files = [line.split(":", 1)[0] for line in output.splitlines()[:-1]]
+    assert files == [str(tmp_path / "a.json")] + [str(tmp_path / "b" / "claim.yml")] * 2
+    assert output.splitlines()[-1] == "3 errors, 0 warnings (2 files, 2 objects checked)"
+    assert code == ERROR_EXIT
+
+
+def test_warnings_fail_only_with_strict() -> None:
+    manifest = str(MANIFESTS / "lint-dra104-shared-claim.yaml")
+    assert _run(manifest)[0] == 0
+    assert _run("--strict", manifest)[0] == ERROR_EXIT
+
+
+def test_kubernetes_version_selects_the_served_api() -> None:
+    manifest = str(MANIFESTS / "valid-v1-k134.yaml")
+    code, output = _run(manifest)
+    assert code == ERROR_EXIT
+    assert "DRA003 error apiVersion 'resource.k8s.io/v1' is not served by Kubernetes 1.32" in output
+    assert _run("--kubernetes-version", "1.35", manifest)[0] == 0
+
+
+def test_explain_prints_why_fix_and_examples() -> None:
+    code, output = _run("--explain", "dra010")
+    assert code == 0
+    assert output.startswith("DRA010 (error): allocationMode is neither ExactCount nor All\n")
+    for part in ("Why: ", "Fix: ", "Bad:\n", "Good:\n", "allocationMode: WaitForFirstConsumer"):
+        assert part in output
+
+
+def test_explain_refuses_an_unknown_rule() -> None:
+    code, output = _run("--explain", "DRA999")
+    assert code == 2
+    assert "unknown rule 'DRA999'" in output
+
+
+def test_no_paths_is_a_usage_error() -> None:
+    assert _run()[0] == 2
