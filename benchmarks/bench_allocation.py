@@ -124,11 +124,25 @@ def main() -> None:
         return simulation.simulate(inputs, engine=engine, settings=settings)
 
     rows = [
-        timed("CEL cache, selector memo", args.claims, lambda: run(compile_cache=True, result_memo=True)),
-        timed("CEL cache, no selector memo", args.claims, lambda: run(compile_cache=True, result_memo=False)),
-        timed("no CEL cache, no selector memo", args.claims, lambda: run(compile_cache=False, result_memo=False)),
+        timed(
+            "CEL cache, selector memo",
+            args.claims,
+            lambda: run(compile_cache=True, result_memo=True),
+        ),
+        timed(
+            "CEL cache, no selector memo",
+            args.claims,
+            lambda: run(compile_cache=True, result_memo=False),
+        ),
+        timed(
+            "no CEL cache, no selector memo",
+            args.claims,
+            lambda: run(compile_cache=False, result_memo=False),
+        ),
     ]
-    print(f"{args.claims} claims over {args.nodes} nodes x {DEVICES_PER_NODE} devices ({devices} devices)")
+    print(
+        f"{args.claims} claims over {args.nodes} nodes x {DEVICES_PER_NODE} devices ({devices} devices)"
+    )
     print(f"decoding manifests and building device views: {decode_seconds:.2f} s")
     print(f"{'variant':<44} {'claims':>7} {'claims/s':>10} {'us/claim':>12}")
     for row in rows:

@@ -1,0 +1,198 @@
+"""``dralet simulate`` invoked as a command on fixture manifests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from dralet.cli import main
+
+FIXTURES = Path(__file__).parent / "simulate_fixtures"
+SLICES = str(FIXTURES / "slices.yaml")
+CLASSES = str(FIXTURES / "classes.yaml")
+CLAIMS = str(FIXTURES / "claims.yaml")
+UNSCHEDULABLE = str(FIXTURES / "unschedulable.yaml")
+MAX_COLUMNS = 100
+TYPO = 'device.attributes["gpu.example.com"].modle == "A100"'
+
+
+def simulate(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main.cli, ["simulate", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_json_output_in_status_allocation_shape() -> None:
+    code, out, _ = simulate(
+        "--slices", SLICES, "--classes", CLASSES, "--claims", CLAIMS, "-o", "json"
+    )
+    assert code == 0
+    document = json.loads(out)
+    assert document["allAllocated"] is True
+    assert "random order" in document["searchOrder"]
+    big, pair = document["claims"]
+    assert (big["namespace"], big["name"], big["status"], big["node"]) == (
+        "team-a",
+        "big-memory",
+        "allocated",
+        "node-a",
+    )
+    assert big["allocation"] == {
+        "devices": {
+            "results": [
+                {"request": "gpu", "driver": "gpu.example.com", "pool": "node-a", "device": "gpu-1"}
+            ]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}
+            ]
+        },
+    }
+    # node-a's gpu-0 is numa 0 and gpu-1 (numa 1) is taken: the pair lands on node-b.
+    assert pair["node"] == "node-b"
+    assert [r["device"] for r in pair["allocation"]["devices"]["results"]] == ["gpu-0", "gpu-1"]
+
+
+def test_unallocated_claim_exits_1_and_explains() -> None:
+    code, out, _ = simulate(SLICES, CLASSES, CLAIMS, UNSCHEDULABLE, "--explain")
+    assert code == 1
+    assert "team-b/three-a100: unschedulable on none of 2 nodes tried" in out
+    assert "gpus: gpu.example.com/node-a/gpu-1: in use: allocated to claim team-a/big-memory" in out
+    assert "note: every device visible from this node is in use" in out
+    assert all(len(line) <= MAX_COLUMNS for line in out.splitlines())
+
+
+def test_explain_names_the_first_false_clause() -> None:
+    code, out, _ = simulate(SLICES, CLASSES, CLAIMS, "--node", "node-a", "--explain", "-o", "json")
+    assert code == 1
+    big = json.loads(out)["claims"][0]
+    assert big["explain"][0]["rejected"] == [
+        {
+            "request": "gpu",
+            "device": "gpu.example.com/node-a/gpu-0",
+            "reason": "claim team-a/big-memory: selector #0 is false: "
+            'device.capacity["gpu.example.com"].memory.compareTo(quantity("64Gi")) >= 0',
+        }
+    ]
+
+
+def test_directory_with_every_kind_and_yaml_output() -> None:
+    code, out, _ = simulate(str(FIXTURES / "cluster"), "-o", "yaml")
+    assert code == 0
+    document = yaml.safe_load(out)
+    (fpga,) = document["claims"]
+    assert fpga["node"] == "worker-2"
+    assert fpga["allocation"]["devices"]["results"] == [
+        {
+            "request": "accel/any",
+            "driver": "fpga.example.com",
+            "pool": "rack-r2",
+            "device": "fpga-0",
+        }
+    ]
+    assert fpga["allocation"]["devices"]["config"] == [
+        {
+            "source": "FromClass",
+            "requests": ["accel/any"],
+            "opaque": {"driver": "fpga.example.com", "parameters": {"bitstream": "default"}},
+        }
+    ]
+    assert fpga["allocation"]["nodeSelector"] == {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r2"]}]}
+        ]
+    }
+    assert document["ignored"] == ["ConfigMap unrelated"]
+
+
+def test_table_output() -> None:
+    code, out, _ = simulate(SLICES, CLASSES, CLAIMS)
+    assert code == 0
+    assert out.splitlines()[:3] == [
+        "team-a/big-memory: allocated on node node-a",
+        "  REQUEST  DRIVER           POOL    DEVICE",
+        "  gpu      gpu.example.com  node-a  gpu-1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            [str(FIXTURES / "bad.yaml"), CLASSES],
+            "error: ResourceClaim team-c/wrong-mode: spec.devices.requests[0].allocationMode: "
+            'Unsupported value: "WaitForFirstConsumer": supported values: "All", "ExactCount"',
+        ),
+        ([SLICES, CLASSES], "error: no ResourceClaim or ResourceClaimTemplate in the input"),
+    ],
+)
+def test_bad_input_exits_2(args: list[str], message: str) -> None:
+    code, _, err = simulate(*args)
+    assert code == 2
+    assert err.strip() == message
+
+
+def test_unparseable_yaml_exits_2(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [unclosed\n")
+    code, _, err = simulate(str(broken))
+    assert code == 2
+    assert err.startswith(f"error: {broken}:")
+
+
+def test_cel_runtime_error_is_reported_per_claim(tmp_path: Path) -> None:
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "typo", "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": "gpu.example.com",
+                            "selectors": [{"cel": {"expression": TYPO}}],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    path = tmp_path / "claim.json"
+    path.write_text(json.dumps(claim))
+    code, out, _ = simulate(SLICES, CLASSES, str(path), "-o", "json")
+    assert code == 1
+    (typo,) = json.loads(out)["claims"]
+    assert (typo["status"], typo["error"]) == (
+        "error",
+        "claim default/typo: selector #0: CEL runtime error: no such key: modle",
+    )
+
+
+def test_subprocess_entry_point() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dralet.cli.main",
+            "simulate",
+            SLICES,
+            CLASSES,
+            CLAIMS,
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["allAllocated"] is True
