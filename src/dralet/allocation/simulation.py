@@ -120,6 +120,27 @@ class _Run:
         self.allocated = allocated_devices(inputs.claims)
         self.explain = explain
         self.settings = settings
+        self._free: dict[str, int] = {}
+        """Per node visited so far: how many of the devices it sees are not in use."""
+        self._seen_by: dict[model.DeviceId, list[str]] = {}
+
+    def _free_devices(self, node_pools: pools.NodePools) -> int:
+        name = node_pools.node.name
+        free = self._free.get(name)
+        if free is None:
+            free = 0
+            for candidate in node_pools.candidates:
+                self._seen_by.setdefault(candidate.device_id, []).append(name)
+                free += candidate.device_id not in self.allocated
+            self._free[name] = free
+        return free
+
+    def _hold(self, device_id: model.DeviceId, claim: model.ResourceClaim) -> None:
+        if device_id in self.allocated:
+            return
+        self.allocated[device_id] = claim.key
+        for name in self._seen_by.get(device_id, ()):
+            self._free[name] -= 1
 
     def claim(self, claim: model.ResourceClaim) -> ClaimOutcome:
         if claim.allocation is not None:
@@ -130,7 +151,7 @@ class _Run:
         quick = _needs_a_free_device(claim)
         for tried, node in enumerate(self.nodes, start=1):
             node_pools = self.inventory.for_node(node)
-            if quick and all(c.device_id in self.allocated for c in node_pools.candidates):
+            if quick and self._free_devices(node_pools) == 0:
                 if self.explain and len(explained) < self.settings.max_explained_nodes:
                     explained.append(
                         allocator.NodeAllocation(
@@ -155,7 +176,7 @@ class _Run:
                 allocation = outcome.allocations[0]
                 for result in allocation.results:
                     if not result.admin_access:
-                        self.allocated[result.device_id] = claim.key
+                        self._hold(result.device_id, claim)
                 return ClaimOutcome(
                     claim=claim,
                     status="allocated",
