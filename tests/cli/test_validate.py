@@ -64,7 +64,9 @@ def test_every_lint_rule_has_a_failing_and_a_passing_example() -> None:
     lint_rules = [rule_id for rule_id in catalog.RULES if rule_id.startswith("DRA1")]
     for rule_id in lint_rules:
         failing = [p for p, text in expected.items() if f" {rule_id} " in text]
-        passing = [p for p in CORPUS if p.name.startswith("valid-lint-") and rule_id.lower() in p.name]
+        passing = [
+            p for p in CORPUS if p.name.startswith("valid-lint-") and rule_id.lower() in p.name
+        ]
         assert failing, f"no corpus file fails {rule_id}"
         assert passing, f"no valid-lint-* corpus file passes {rule_id}"
 

@@ -1,0 +1,61 @@
+"""A validation run over in-memory sources: per-object and cross-object rules."""
+
+from __future__ import annotations
+
+from dralet.validation import catalog, engine
+from dralet.validation.diagnostics import Severity
+from dralet.validation.documents import Source
+from dralet.validation.targets import Target
+
+SLICE = """\
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceSlice
+metadata: {name: s}
+spec:
+  driver: gpu.example.com
+  pool: {name: p, generation: 0, resourceSliceCount: 1}
+  nodeName: n
+  devices:
+  - {name: gpu-0, basic: {attributes: {model: {string: H100}}}}
+"""
+
+CLAIM = """\
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceClaim
+metadata: {name: c}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      deviceClassName: gpu.example.com
+      selectors:
+      - cel: {expression: 'device.attributes["gpu.example.com"].model == "H200"'}
+"""
+
+
+def _run(*texts: str) -> engine.Report:
+    sources = [Source(f"f{i}.yaml", text) for i, text in enumerate(texts)]
+    return engine.validate_sources(sources, target=Target("1.32"))
+
+
+def test_selectors_are_matched_against_slices_from_other_files() -> None:
+    report = _run(CLAIM, SLICE)
+    assert [(d.file, d.line, d.rule) for d in report.diagnostics] == [("f0.yaml", 9, "DRA105")]
+    assert (report.files, report.objects) == (2, 2)
+
+
+def test_without_slices_selectors_are_only_compiled() -> None:
+    assert _run(CLAIM).diagnostics == ()
+
+
+def test_diagnostics_carry_the_rule_severity_and_fix() -> None:
+    (diagnostic,) = _run(CLAIM, SLICE).diagnostics
+    rule = catalog.rule("DRA105")
+    assert (diagnostic.severity, diagnostic.fix) == (Severity.WARNING, rule.fix)
+
+
+def test_every_rule_has_why_fix_and_examples() -> None:
+    for rule in catalog.RULES.values():
+        assert rule.id.startswith("DRA")
+        assert rule.why and rule.fix and rule.bad and rule.good and rule.title
+        assert "\n" not in rule.why and "\n" not in rule.fix
