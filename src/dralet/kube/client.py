@@ -18,7 +18,7 @@ import builtins
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -322,7 +322,7 @@ class KubeClient:
         label_selector: str = "",
         field_selector: str = "",
         resource_version: str = "",
-    ) -> AsyncIterator[JSONObject]:
+    ) -> AsyncGenerator[JSONObject, None]:
         """Raw watch events (``type``, ``object``) of one watch request, until it ends.
 
         A 410 (as an HTTP answer or an ``ERROR`` event) raises ``ApiError`` with ``gone``:

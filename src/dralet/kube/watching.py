@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,7 @@ async def follow(
     namespace: str | None = None,
     label_selector: str = "",
     field_selector: str = "",
-) -> AsyncIterator[Change]:
+) -> AsyncGenerator[Change, None]:
     """Every change to the selected objects, starting with a ``SYNC`` of all of them."""
     backoff = client.settings.watch_backoff
     failures = 0

@@ -139,6 +139,16 @@ class WriteRecord:
     field_manager: str = ""
 
 
+@dataclass
+class _InjectedFailure:
+    code: int
+    reason: str
+    times: int
+    method: str | None
+    path_contains: str
+    retry_after: float | None
+
+
 @dataclass(frozen=True)
 class _Kind:
     kind: str
@@ -490,6 +500,7 @@ class ApiServer:
         self._compacted = 0
         self._watchers: set[_Watcher] = set()
         self._runner: web.AppRunner | None = None
+        self._failures: builtins.list[_InjectedFailure] = []
         self.url = ""
 
     # -- lifecycle --------------------------------------------------------------------
@@ -593,6 +604,22 @@ class ApiServer:
         for watcher in list(self._watchers):
             watcher.queue.put_nowait(None)
         return self._compacted
+
+    def inject_failure(
+        self,
+        code: int,
+        *,
+        reason: str = "ServiceUnavailable",
+        times: int = 1,
+        method: str | None = None,
+        path_contains: str = "",
+        retry_after: float | None = None,
+    ) -> None:
+        """Answer the next ``times`` matching HTTP requests with ``code`` (and a
+        ``Retry-After`` header when given), as an overloaded server would."""
+        self._failures.append(
+            _InjectedFailure(code, reason, times, method, path_contains, retry_after)
+        )
 
     @property
     def resource_version(self) -> int:
@@ -1006,7 +1033,28 @@ class ApiServer:
 
     # -- HTTP ------------------------------------------------------------------------
 
+    def _injected(self, request: web.Request) -> web.Response | None:
+        for failure in self._failures:
+            if failure.times <= 0:
+                continue
+            if failure.method not in (None, request.method):
+                continue
+            if failure.path_contains not in request.path_qs:
+                continue
+            failure.times -= 1
+            response = _json_response(
+                ApiStatusError(failure.code, failure.reason, "injected failure").status(),
+                status=failure.code,
+            )
+            if failure.retry_after is not None:
+                response.headers["Retry-After"] = f"{failure.retry_after:g}"
+            return response
+        return None
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        injected = self._injected(request)
+        if injected is not None:
+            return injected
         try:
             return await self._route(request)
         except ApiStatusError as error:

@@ -1,0 +1,329 @@
+"""The ResourceSlice publisher: this node's devices, kept published in the API server.
+
+From the backend's devices it builds the desired slices of the node's pool (pure:
+``build_pool`` here, ``dralet.kube.slices.plan_pool`` for the diff), compares them with
+the live slices of this node and driver, and writes only the difference: slices the
+kubelet deleted (it deletes all of its node's slices when it starts) are re-created,
+a change of devices publishes the pool at a new generation, and nothing is written when
+nothing changed. ``run()`` follows the slices with a watch and reconciles on every
+change that is not its own write, on ``trigger()`` and every ``resync_period``.
+
+Start it as a named background task with ``start()`` (or spawn ``run()`` yourself) and
+stop it with ``stop()``; cancellation is always re-raised and no task outlives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from dralet import errors
+from dralet.kube import resources, shapes, slices, status, versions, watching
+from dralet.kube.client import KubeClient
+from dralet.kube.inventory import slice_field_selector
+from dralet.metrics import DriverMetrics
+from dralet.node.backend import Device, DeviceBackend, Version
+
+__all__ = ["PublisherSettings", "SlicePublisher", "build_pool", "device_to_json"]
+
+log = logging.getLogger(__name__)
+
+_API_FAILURES = (status.ApiError, aiohttp.ClientError, TimeoutError, errors.TemporaryError)
+
+
+@dataclass(frozen=True)
+class PublisherSettings:
+    """How the publisher keeps the pool published. Times are in seconds."""
+
+    resync_period: float = 30.0
+    """Longest time between two reconciles when nothing happens (devices are re-read)."""
+    backoff: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+    """Waits after consecutive failed reconciles; the last one repeats."""
+    conflict_retries: int = 3
+    """Immediate re-reads and retries of a reconcile whose write hit a 409 Conflict."""
+    task_name: str = "dralet-publisher"
+    """Name prefix of the background tasks (the watch task adds ``:watch``)."""
+
+
+def device_to_json(device: Device) -> dict[str, Any]:
+    """A backend ``Device`` as a canonical (v1-shaped) ResourceSlice device."""
+    attributes: dict[str, Any] = {}
+    for key, value in sorted(device.attributes.items()):
+        if isinstance(value, Version):
+            attributes[key] = {"version": value.value}
+        elif isinstance(value, bool):
+            attributes[key] = {"bool": value}
+        elif isinstance(value, int):
+            attributes[key] = {"int": value}
+        else:
+            attributes[key] = {"string": value}
+    out: dict[str, Any] = {"name": device.name}
+    if attributes:
+        out["attributes"] = attributes
+    if device.capacity:
+        out["capacity"] = {k: {"value": str(v)} for k, v in sorted(device.capacity.items())}
+    return out
+
+
+def build_pool(
+    devices: Sequence[Device], *, driver: str, pool: str, node_name: str
+) -> tuple[tuple[dict[str, Any], ...], ...]:
+    """The pool's devices in canonical JSON, cut into slices of at most 128 devices.
+
+    Raises ``slices.InvalidDeviceError`` listing every problem when any device, the
+    driver name, the pool name or the node name would be refused by the API server. An
+    empty pool is one empty slice, so consumers see that the node offers nothing.
+    """
+    problems = slices.driver_name_problems(driver) + slices.pool_name_problems(pool)
+    problems += slices.node_name_problems(node_name)
+    seen: set[str] = set()
+    converted = []
+    for device in devices:
+        if device.name in seen:
+            problems.append(f"device {device.name!r} is listed twice")
+        seen.add(device.name)
+        as_json = device_to_json(device)
+        problems += slices.device_problems(as_json)
+        converted.append(as_json)
+    if problems:
+        raise slices.InvalidDeviceError(problems)
+    size = slices.MAX_DEVICES_PER_SLICE
+    chunks = [tuple(converted[i : i + size]) for i in range(0, len(converted), size)]
+    return tuple(chunks) or ((),)
+
+
+class SlicePublisher:
+    """Keeps the ResourceSlices of ``node_name``'s pool for ``driver`` as the backend says.
+
+    ``pool`` defaults to the node name. ``api_version`` (e.g. ``"v1beta1"``) skips
+    discovery; without it the newest served resource.k8s.io version is used.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        backend: DeviceBackend,
+        *,
+        driver: str,
+        node_name: str,
+        pool: str | None = None,
+        api_version: str | None = None,
+        settings: PublisherSettings | None = None,
+        metrics: DriverMetrics | None = None,
+    ) -> None:
+        self.client = client
+        self.backend = backend
+        self.driver = driver
+        self.node_name = node_name
+        self.pool = pool or node_name
+        self.settings = settings or PublisherSettings()
+        self.metrics = metrics
+        self._api_version = api_version
+        self._node_uid: str | None = None
+        self._generation: int | None = None
+        self._wake = asyncio.Event()
+        self._own_versions: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+        self.reconciles = 0
+        """Completed reconciles (for tests and the audit)."""
+
+    @property
+    def generation(self) -> int | None:
+        """The pool generation last published (None before the first reconcile)."""
+        return self._generation
+
+    def trigger(self) -> None:
+        """Ask for a reconcile soon (call when the backend's devices changed)."""
+        self._wake.set()
+
+    # -- one pass ------------------------------------------------------------------------
+
+    async def api_version(self) -> str:
+        if self._api_version is None:
+            self._api_version = await versions.negotiate_resource_version(self.client)
+        return self._api_version
+
+    async def _owner(self) -> slices.NodeOwner:
+        if self._node_uid is None:
+            try:
+                node = await self.client.get(resources.NODES, self.node_name)
+            except status.ApiError as error:
+                if not error.not_found:
+                    raise
+                log.warning(
+                    "Node %s not found: publishing its ResourceSlices without an owner",
+                    self.node_name,
+                )
+            else:
+                self._node_uid = str(node["metadata"]["uid"])
+        return slices.NodeOwner(self.node_name, self._node_uid)
+
+    async def reconcile_once(self) -> slices.PoolPlan:
+        """Read devices and live slices, write the difference; the plan it carried out.
+
+        Raises ``slices.InvalidDeviceError`` (nothing written) when a device would be
+        refused, ``status.ApiError`` when the API server refuses a write.
+        """
+        for attempt in range(self.settings.conflict_retries + 1):
+            try:
+                plan = await self._reconcile()
+            except status.ApiError as error:
+                if not error.conflict or attempt >= self.settings.conflict_retries:
+                    raise
+                self._count_retry("conflict")
+                log.info("ResourceSlice changed under us (attempt %d); re-reading", attempt + 1)
+                continue
+            self.reconciles += 1
+            return plan
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _reconcile(self) -> slices.PoolPlan:
+        version = await self.api_version()
+        resource = resources.resource_slices(version)
+        owner = await self._owner()
+        devices = await self.backend.devices()
+        chunks = build_pool(devices, driver=self.driver, pool=self.pool, node_name=self.node_name)
+        listed = await self.client.list(resource, field_selector=self._field_selector())
+        actual = [shapes.from_version(item, version) for item in listed.get("items") or []]
+        plan = slices.plan_pool(
+            chunks,
+            actual,
+            driver=self.driver,
+            pool=self.pool,
+            node=owner,
+            last_generation=self._generation,
+        )
+        for write in plan.writes:
+            await self._carry_out(write, resource, owner)
+        if plan.writes:
+            log.info(
+                "published pool %s generation %d: %s",
+                self.pool,
+                plan.generation,
+                ", ".join(f"{w.verb} {w.name or 'new'}" for w in plan.writes),
+            )
+        self._generation = plan.generation
+        return plan
+
+    async def _carry_out(
+        self, write: slices.SliceWrite, resource: resources.Resource, owner: slices.NodeOwner
+    ) -> None:
+        version = resource.version
+        if write.verb == "create":
+            body = slices.slice_object(write.spec, driver=self.driver, node=owner)
+            written = await self.client.create(resource, shapes.to_version(body, version))
+        elif write.verb == "update":
+            body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "spec": write.spec}
+            patch = {"spec": shapes.to_version(body, version)["spec"]}
+            written = await self.client.merge_patch(
+                resource, write.name, patch, resource_version=write.resource_version
+            )
+        else:
+            try:
+                written = await self.client.delete(
+                    resource, write.name, resource_version=write.resource_version
+                )
+            except status.ApiError as error:
+                if not error.not_found:
+                    raise
+                return
+        self._own_versions.add(str((written.get("metadata") or {}).get("resourceVersion")))
+        if self.metrics is not None:
+            self.metrics.slice_publishes.labels(verb=write.verb).inc()
+
+    def _field_selector(self) -> str:
+        return slice_field_selector(node_name=self.node_name, driver=self.driver)
+
+    def _count_retry(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.api_retries.labels(reason=reason).inc()
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Reconcile for ever: on slice changes, on ``trigger()`` and every resync period."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._follow_slices(), name=f"{self.settings.task_name}:watch")
+            await self._reconcile_forever()
+
+    def start(self) -> asyncio.Task[None]:
+        """``run()`` as a named background task; ``stop()`` ends it."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self.run(), name=self.settings.task_name
+            )
+        return self._task
+
+    async def stop(self) -> None:
+        """Cancel the task ``start()`` made and wait until it and its watch have ended."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _reconcile_forever(self) -> None:
+        failures = 0
+        while True:
+            self._wake.clear()
+            wait = self.settings.resync_period
+            try:
+                await self.reconcile_once()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except slices.InvalidDeviceError as error:
+                log.error("pool %s not published: %s", self.pool, error)  # noqa: TRY400 - no traceback: the message says it all
+            except _API_FAILURES as error:
+                wait = self.settings.backoff[min(failures, len(self.settings.backoff) - 1)]
+                failures += 1
+                log.warning(
+                    "publishing pool %s failed (attempt %d), again in %.1fs: %s",
+                    self.pool,
+                    failures,
+                    wait,
+                    error,
+                )
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
+
+    async def _follow_slices(self) -> None:
+        failures = 0
+        while True:
+            try:
+                resource = resources.resource_slices(await self.api_version())
+                changes = watching.follow(
+                    self.client, resource, field_selector=self._field_selector()
+                )
+                async with contextlib.aclosing(changes):
+                    async for change in changes:
+                        failures = 0
+                        if self._needs_reconcile(change):
+                            self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except _API_FAILURES as error:
+                wait = self.settings.backoff[min(failures, len(self.settings.backoff) - 1)]
+                failures += 1
+                log.warning("following ResourceSlices failed, again in %.1fs: %s", wait, error)
+                await asyncio.sleep(wait)
+
+    def _needs_reconcile(self, change: watching.Change) -> bool:
+        """Whether a change may need a write: anything but the echo of our own writes."""
+        if change.type == watching.SYNC:
+            self._own_versions.clear()  # echoes from before a relist will not come
+            return True
+        obj: Mapping[str, Any] = change.object or {}
+        written = str((obj.get("metadata") or {}).get("resourceVersion"))
+        if written in self._own_versions:
+            self._own_versions.discard(written)
+            return False
+        return True
