@@ -58,7 +58,25 @@ FP_AFTER_SPEC = "ledger.prepare.after-spec"
 FP_AFTER_UNPREPARE_STARTED = "ledger.unprepare.after-started"
 FP_AFTER_RELEASE = "ledger.unprepare.after-release"
 FP_AFTER_FINALIZER_REMOVED = "ledger.unprepare.after-finalizer"
+# Around every call out of the process: a crash just before or just after one leaves the
+# device or the API object in a different state than the checkpoint says.
+FP_BACKEND_PREPARE_BEFORE = "backend.prepare.before"
+FP_BACKEND_PREPARE_AFTER = "backend.prepare.after"
+FP_BACKEND_RELEASE_BEFORE = "backend.release.before"
+FP_BACKEND_RELEASE_AFTER = "backend.release.after"
+FP_API_ADD_FINALIZER_BEFORE = "api.add-finalizer.before"
+FP_API_ADD_FINALIZER_AFTER = "api.add-finalizer.after"
+FP_API_REMOVE_FINALIZER_BEFORE = "api.remove-finalizer.before"
+FP_API_REMOVE_FINALIZER_AFTER = "api.remove-finalizer.after"
 failpoints.declare(
+    FP_BACKEND_PREPARE_BEFORE,
+    FP_BACKEND_PREPARE_AFTER,
+    FP_BACKEND_RELEASE_BEFORE,
+    FP_BACKEND_RELEASE_AFTER,
+    FP_API_ADD_FINALIZER_BEFORE,
+    FP_API_ADD_FINALIZER_AFTER,
+    FP_API_REMOVE_FINALIZER_BEFORE,
+    FP_API_REMOVE_FINALIZER_AFTER,
     FP_AFTER_FINALIZER,
     FP_AFTER_STARTED,
     FP_AFTER_BACKEND_PREPARE,
@@ -237,6 +255,29 @@ class Ledger:
             if not lock.locked() and self._claim_locks.get(uid) is lock:
                 del self._claim_locks[uid]
 
+    # ----------------------------------------------------------------- calls out
+
+    async def _add_finalizer(self, namespace: str, name: str, uid: str) -> bool:
+        assert self.claims is not None
+        failpoints.hit(FP_API_ADD_FINALIZER_BEFORE)
+        added = await self.claims.add_finalizer(namespace, name, uid, self.finalizer)
+        failpoints.hit(FP_API_ADD_FINALIZER_AFTER)
+        return added
+
+    async def _remove_finalizer(self, namespace: str, name: str, uid: str) -> bool:
+        assert self.claims is not None
+        failpoints.hit(FP_API_REMOVE_FINALIZER_BEFORE)
+        removed = await self.claims.remove_finalizer(namespace, name, uid, self.finalizer)
+        failpoints.hit(FP_API_REMOVE_FINALIZER_AFTER)
+        return removed
+
+    async def _release(
+        self, ref: ClaimRef, device: AllocatedDevice, state: Mapping[str, Any]
+    ) -> None:
+        failpoints.hit(FP_BACKEND_RELEASE_BEFORE)
+        await self.backend.release(ref, device, state)
+        failpoints.hit(FP_BACKEND_RELEASE_AFTER)
+
     # ----------------------------------------------------------------- public calls
 
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
@@ -344,7 +385,7 @@ class Ledger:
             )
         devices = self._device_records(ref.uid, allocated)
         self._check_exclusive(ref, devices, self.load())
-        if not await self.claims.add_finalizer(ref.namespace, ref.name, ref.uid, self.finalizer):
+        if not await self._add_finalizer(ref.namespace, ref.name, ref.uid):
             raise errors.ClaimError(
                 ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} disappeared while preparing"
             )
@@ -437,7 +478,9 @@ class Ledger:
         prepared: list[tuple[DeviceRecord, cdi_spec.ContainerEdits]] = []
         for d in devices:
             allocated = replace(_allocated(d), config=tuple(d.backend_state.get("config", ())))
+            failpoints.hit(FP_BACKEND_PREPARE_BEFORE)
             result = await self.backend.prepare(ref, allocated)
+            failpoints.hit(FP_BACKEND_PREPARE_AFTER)
             if result.edits.is_empty():
                 raise errors.ClaimError(
                     ref.uid, f"backend returned no container edits for device {d.device}"
@@ -492,7 +535,7 @@ class Ledger:
         in_use = await self.backend.devices_in_use()
         for device, holder in sorted(in_use.items()):
             if holder == ref.uid:
-                await self.backend.release(
+                await self._release(
                     ref,
                     AllocatedDevice(request="", pool=self.settings.pool_name, device=device),
                     {},
@@ -512,7 +555,7 @@ class Ledger:
             self.specs.remove(record.uid)
             for d in record.devices:
                 try:
-                    await self.backend.release(ref, _allocated(d), d.backend_state)
+                    await self._release(ref, _allocated(d), d.backend_state)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -522,9 +565,7 @@ class Ledger:
             failpoints.hit(FP_AFTER_RELEASE)
         if record.finalizer_added and self.claims is not None:
             try:
-                removed = await self.claims.remove_finalizer(
-                    record.namespace, record.name, record.uid, self.finalizer
-                )
+                removed = await self._remove_finalizer(record.namespace, record.name, record.uid)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any API failure only delays the removal
@@ -645,7 +686,7 @@ class Ledger:
                 if (await self.backend.devices_in_use()).get(device) != holder_uid:
                     continue
                 ref = ClaimRef(ClaimUID(holder_uid), "", "")
-                await self.backend.release(
+                await self._release(
                     ref,
                     AllocatedDevice(request="", pool=self.settings.pool_name, device=device),
                     {},
@@ -749,7 +790,7 @@ class Ledger:
         async with self._claim_lock(uid):
             if uid in self.load().claims:
                 return []
-            await self.claims.remove_finalizer(namespace, name, uid, self.finalizer)
+            await self._remove_finalizer(namespace, name, uid)
         return ["foreign-finalizer-removed"]
 
     async def restore_finalizer(self, uid: str) -> list[str]:
@@ -760,7 +801,7 @@ class Ledger:
             record = self.load().claims.get(uid)
             if record is None or record.state != ClaimState.PREPARE_COMPLETED:
                 return []
-            await self.claims.add_finalizer(record.namespace, record.name, uid, self.finalizer)
+            await self._add_finalizer(record.namespace, record.name, uid)
             if not record.finalizer_added:
                 await self._put(replace(record, finalizer_added=True))
         return ["finalizer-restored"]
