@@ -77,12 +77,12 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
             claims = kube_claims.ClaimClient(client)
             if options.publish:
                 publisher_module = importlib.import_module("dralet.node.publisher")
-                publisher = publisher_module.ResourceSlicePublisher(
+                publisher = publisher_module.SlicePublisher(
                     client,
-                    backend=backend,
-                    driver_name=settings.driver_name,
+                    backend,
+                    driver=settings.driver_name,
                     node_name=settings.node_name,
-                    pool_name=settings.pool_name,
+                    pool=settings.pool_name,
                     metrics=metrics,
                 )
                 background["resourceslices"] = publisher.run

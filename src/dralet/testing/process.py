@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -45,10 +46,10 @@ def _child_main(argv: list[str], env: dict[str, str], log_path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    from dralet.cli.main import cli
-
+    # Run the program's entry point, as ``python -m dralet.cli.main`` would.
+    sys.argv = ["dralet", *argv]
     try:
-        cli.main(args=argv, prog_name="dralet", standalone_mode=True)
+        runpy.run_module("dralet.cli.main", run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         os._exit(exc.code if isinstance(exc.code, int) else 1)
     os._exit(0)
