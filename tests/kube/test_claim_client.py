@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from dralet import kube
@@ -121,3 +122,32 @@ async def test_deleted_claim_is_held_by_the_finalizer(
     assert await source.add_finalizer("default", "c1", uid, "other.example.com/x") is False
     assert await source.remove_finalizer("default", "c1", uid, FINALIZER) is True
     assert await source.get_claim("default", "c1") is None
+
+
+async def test_inventory_lists_claims_slices_and_classes(
+    apiserver: ApiServer, client: kube.KubeClient
+) -> None:
+    v = apiserver.preferred_version
+    apiserver.create(claim("c1", v, namespace="ns1"))
+    apiserver.create(
+        {
+            "apiVersion": f"resource.k8s.io/{v}",
+            "kind": "DeviceClass",
+            "metadata": {"name": "gpu.example.com"},
+            "spec": {},
+        }
+    )
+    inventory = await kube.read_inventory(client)
+    assert inventory.api_version == v
+    assert [c["metadata"]["name"] for c in inventory.claims] == ["c1"]
+    assert inventory.claims[0]["apiVersion"] == f"resource.k8s.io/{v}"
+    assert [c["kind"] for c in inventory.device_classes] == ["DeviceClass"]
+    assert inventory.slices == ()
+    assert await kube.list_resource_slices(client, node_name="node-a", driver="x.example.com") == []
+
+
+async def test_connect_through_a_kubeconfig(apiserver: ApiServer, tmp_path: Path) -> None:
+    path = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    async with await kube.connect(kubeconfig=path) as client:
+        assert client.host == apiserver.url
+        assert await kube.ClaimClient(client).get_claim("default", "none") is None

@@ -46,7 +46,8 @@ class PublisherSettings:
     backoff: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
     """Waits after consecutive failed reconciles; the last one repeats."""
     conflict_retries: int = 3
-    """Immediate re-reads and retries of a reconcile whose write hit a 409 Conflict."""
+    """Immediate re-reads and retries of a reconcile whose write hit a 409 Conflict (or a
+    404: the slice went away since it was listed)."""
     task_name: str = "dralet-publisher"
     """Name prefix of the background tasks (the watch task adds ``:watch``)."""
 
@@ -174,9 +175,10 @@ class SlicePublisher:
             try:
                 plan = await self._reconcile()
             except status.ApiError as error:
-                if not error.conflict or attempt >= self.settings.conflict_retries:
+                stale = error.conflict or error.not_found  # changed or deleted since the list
+                if not stale or attempt >= self.settings.conflict_retries:
                     raise
-                self._count_retry("conflict")
+                self._count_retry("conflict" if error.conflict else "not-found")
                 log.info("ResourceSlice changed under us (attempt %d); re-reading", attempt + 1)
                 continue
             self.reconciles += 1
