@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from dralet import kube
 from dralet.kube import resources
@@ -151,3 +155,53 @@ async def test_connect_through_a_kubeconfig(apiserver: ApiServer, tmp_path: Path
     async with await kube.connect(kubeconfig=path) as client:
         assert client.host == apiserver.url
         assert await kube.ClaimClient(client).get_claim("default", "none") is None
+
+
+@pytest.fixture
+def ca_certificate(tmp_path: Path) -> Path:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is needed to make a CA certificate")
+    ca = tmp_path / "ca.crt"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=test-ca",
+            "-keyout",
+            str(tmp_path / "ca.key"),
+            "-out",
+            str(ca),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return ca
+
+
+async def test_connect_in_cluster(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ca_certificate: Path
+) -> None:
+    """The service-account path: host from the environment, token and CA from files."""
+    from kubernetes.aio.config import incluster_config
+
+    token = tmp_path / "token"
+    token.write_text("service-account-token")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca_certificate))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    async with await kube.connect() as client:
+        assert client.host == "https://127.0.0.1:6443"
+        headers: dict[str, str] = {}
+        await client.api_client.update_params_for_auth(
+            headers, [], ["BearerToken"], "/", "GET", None
+        )
+        assert headers["authorization"].lower() == "bearer service-account-token"

@@ -26,6 +26,7 @@ import asyncio
 import builtins
 import contextlib
 import copy
+import dataclasses
 import datetime
 import json
 import logging
@@ -490,7 +491,7 @@ class ApiServer:
 
     def __init__(self, settings: ApiServerSettings | None = None, **overrides: Any) -> None:
         base = settings or ApiServerSettings()
-        self.settings = ApiServerSettings(**{**base.__dict__, **overrides})
+        self.settings = dataclasses.replace(base, **overrides)
         self.versions = served_versions(self.settings.kubernetes_version)
         self.preferred_version = self.versions[0]
         self.writes: builtins.list[WriteRecord] = []
