@@ -1,0 +1,114 @@
+"""CDI spec files: written atomically, never seen half-written, removed idempotently."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from dralet import failpoints
+from dralet.cdi import spec as cdi_spec
+from dralet.cdi.store import SpecStore
+
+KIND = "gpu.example.com/claim"
+UID = "6f1d2c3b-0000-4000-8000-000000000001"
+
+
+def document(size: int, tag: str) -> dict[str, object]:
+    devices = tuple(
+        cdi_spec.CDIDevice(
+            name=f"{UID}-gpu-{i}",
+            container_edits=cdi_spec.ContainerEdits(env=(f"TAG={tag}", "PAD=" + "x" * 512)),
+        )
+        for i in range(size)
+    )
+    return cdi_spec.to_json(cdi_spec.Spec(kind=KIND, devices=devices))
+
+
+def test_a_reader_never_sees_a_half_written_spec(tmp_path: Path) -> None:
+    store = SpecStore(tmp_path, KIND)
+    small, large = document(1, "small"), document(64, "large")  # ~40 KiB: many write() calls
+    store.write(UID, small)
+    path = store.path_for(UID)
+    stop = threading.Event()
+    seen: dict[str, int] = {"small": 0, "large": 0}
+    torn: list[str] = []
+
+    def read_loop() -> None:
+        while not stop.is_set():
+            raw = path.read_bytes()
+            try:
+                tag = json.loads(raw)["devices"][0]["containerEdits"]["env"][0]
+            except (ValueError, KeyError, IndexError):
+                torn.append(raw[:80].decode(errors="replace"))
+                continue
+            seen[tag.removeprefix("TAG=")] += 1
+
+    reader = threading.Thread(target=read_loop)
+    reader.start()
+    try:
+        for i in range(300):
+            store.write(UID, large if i % 2 else small)
+    finally:
+        stop.set()
+        reader.join()
+    assert torn == []
+    assert seen["small"] and seen["large"], seen  # the reader really saw both versions
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("step", ["before-fsync", "after-fsync"])
+def test_a_failed_write_leaves_the_old_spec_and_no_temp_file(tmp_path: Path, step: str) -> None:
+    store = SpecStore(tmp_path, KIND)
+    store.write(UID, document(1, "old"))
+    before = store.path_for(UID).read_bytes()
+    failpoints.arm(f"cdi.write.{step}", "enospc")
+    with pytest.raises(OSError, match="No space left"):
+        store.write(UID, document(2, "new"))
+    assert store.path_for(UID).read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == [store.path_for(UID).name]
+
+
+def test_remove_is_idempotent_and_scan_lists_only_our_kind(tmp_path: Path) -> None:
+    store = SpecStore(tmp_path, KIND)
+    other = SpecStore(tmp_path, "other.example.com/claim")
+    store.write(UID, document(1, "a"))
+    other.write(
+        UID,
+        cdi_spec.to_json(
+            cdi_spec.Spec(
+                kind="other.example.com/claim",
+                devices=(
+                    cdi_spec.CDIDevice(
+                        name="dev0", container_edits=cdi_spec.ContainerEdits(env=("A=1",))
+                    ),
+                ),
+            )
+        ),
+    )
+    (tmp_path / "gpu.example.com-claim_junk.yml").write_text("ignored: not a spec extension")
+    assert [f.claim_uid for f in store.scan()] == [UID]
+    assert store.remove(UID) is True
+    assert store.remove(UID) is False
+    assert [f.claim_uid for f in store.scan()] == []
+    assert [f.claim_uid for f in other.scan()] == [UID]
+
+
+def test_spec_file_is_named_for_the_claim_and_readable_by_runtimes(tmp_path: Path) -> None:
+    store = SpecStore(tmp_path / "cdi", KIND)
+    path = store.write(UID, document(1, "a"))
+    assert path.name == f"gpu.example.com-claim_{UID}.json"
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+    assert cdi_spec.from_json(json.loads(path.read_text())).kind == KIND
+
+
+def test_invalid_documents_are_never_written(tmp_path: Path) -> None:
+    store = SpecStore(tmp_path, KIND)
+    bad = document(1, "a")
+    bad["devices"][0]["name"] = "-bad"  # type: ignore[index]
+    with pytest.raises(cdi_spec.CDISpecError, match="should start with a letter or digit"):
+        store.write(UID, bad)
+    assert os.listdir(tmp_path) == []
