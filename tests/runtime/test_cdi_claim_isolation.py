@@ -6,6 +6,8 @@ file removed) the same run is refused as unresolvable, while B still resolves.
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,14 @@ pytestmark = pytest.mark.runtime
 KIND = "gpu.example.com/claim"  # what the example driver writes
 CLAIM_A = "6f1e2d3c-aaaa-4b5a-8c7d-000000000001"
 CLAIM_B = "6f1e2d3c-bbbb-4b5a-8c7d-000000000002"
+
+
+# The harness creates missing CDI mount points for a run and removes them after.
+def host_cdi_dirs() -> list[bool]:
+    return [os.path.lexists(p) for p in ("/etc/cdi", "/run/cdi")]
+
+
+HOST_CDI_DIRS_BEFORE = host_cdi_dirs()
 
 
 def claim_spec(claim_uid: str, label: str, host_node: str) -> spec.Spec:
@@ -78,3 +88,21 @@ def test_one_unresolvable_device_means_nothing_is_injected(cdi_dir: Path) -> Non
 
     assert run.unresolvable
     assert not run.started
+
+
+async def test_concurrent_runs_from_an_async_test(cdi_dir: Path, tmp_path: Path) -> None:
+    # How the driver end-to-end tests call the harness: in threads, several at once.
+    specs = store.SpecStore(cdi_dir, KIND)
+    spec_a = claim_spec(CLAIM_A, "A", "/dev/null")
+    spec_b = claim_spec(CLAIM_B, "B", "/dev/zero")
+    specs.write(CLAIM_A, spec.to_json(spec_a))
+    specs.write(CLAIM_B, spec.to_json(spec_b))
+    requests = [spec_a.qualified_names(), spec_b.qualified_names(), [f"{KIND}=missing"]]
+
+    runs = await asyncio.gather(
+        *(asyncio.to_thread(podman.run_container, cdi_dir, devices) for devices in requests)
+    )
+
+    assert [run.env.get("GPU_OWNER") for run in runs] == ["A", "B", None]
+    assert runs[2].unresolvable
+    assert host_cdi_dirs() == HOST_CDI_DIRS_BEFORE

@@ -82,6 +82,8 @@ NAMESPACE_SCRIPT = (
     'exec 3>"$5" 4>"$6" 5>"$7"; shift 7; exec "$@"'
 )
 DEFAULT_COMMAND = ("true",)
+# Marks a CDI mount point the harness created on the host (and so removes again).
+MOUNT_POINT_MARKER = ".dralet-podman-mount-point"
 CDI_REGISTRY_MARKER = "refreshing the CDI registry: "
 _LOGRUS_MSG = re.compile(r'msg="((?:[^"\\]|\\.)*)"')
 _LOGRUS_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
@@ -347,17 +349,19 @@ def _rlimit(configured: int | None, which: int, ceiling: int) -> int:
 def _mount_point(path: Path) -> Iterator[None]:
     """Make sure ``path`` exists as a mount point while the run lasts.
 
-    A CDI dir the host lacks is created and removed again afterwards, unless another
-    run (any process) still uses it: each run holds a shared flock on the directory,
-    and the last one out, taking the exclusive lock without waiting, removes it.
+    A CDI dir the host lacks is created with a marker file in it (hidden from podman,
+    which sees the bind mount over it; ignored by runtimes, which load only .json and
+    .yaml) and removed when the last run using it ends, in any thread or process: each
+    run holds a shared flock on the directory, and on the way out tries to turn it into
+    an exclusive one without waiting. ``flock`` drops the shared lock first, so of
+    runs ending together one always succeeds; it removes the directory if the marker
+    says a run created it.
     """
+    marker = path / MOUNT_POINT_MARKER
     while True:
-        created = False
-        try:
+        with contextlib.suppress(FileExistsError):
             path.mkdir(mode=0o755)
-            created = True
-        except FileExistsError:
-            pass
+            marker.touch()
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         fcntl.flock(fd, fcntl.LOCK_SH)
         try:
@@ -371,11 +375,14 @@ def _mount_point(path: Path) -> Iterator[None]:
         yield
     finally:
         try:
-            if created:
-                with contextlib.suppress(BlockingIOError):
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    with contextlib.suppress(OSError):
-                        path.rmdir()  # only if still empty
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # another run still uses it; the last one out cleans up
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                marker.unlink()
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # only if still empty
         finally:
             os.close(fd)
 
