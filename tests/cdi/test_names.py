@@ -84,10 +84,10 @@ def test_a_spec_claiming_too_low_a_version_is_refused() -> None:
         )
     )
     document["cdiVersion"] = "0.3.0"
-    with pytest.raises(spec.CDISpecError, match="at least v0.5.0"):
+    with pytest.raises(spec.CDISpecError, match=r"at least v0\.5\.0"):
         spec.from_json(document)
     document["cdiVersion"] = "0.5"
-    with pytest.raises(spec.CDISpecError, match='invalid version "0.5"'):
+    with pytest.raises(spec.CDISpecError, match=r'invalid version "0\.5"'):
         spec.from_json(document)
     document["cdiVersion"] = "0.5.0"
     document["bogus"] = 1
