@@ -13,8 +13,17 @@ import pytest
 from dralet.testing import podman
 
 
+@pytest.fixture(autouse=True)
+def _skip_runtime_tests_without_podman(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("runtime") is None:
+        return
+    state = podman.available()
+    if not state:
+        pytest.skip(f"no real CDI consumer here: {state.reason}")
+
+
 @pytest.fixture(scope="session")
-def podman_settings(tmp_path_factory: pytest.TempPathFactory) -> podman.PodmanSettings:
+def podman_settings() -> podman.PodmanSettings:
     state = podman.available()
     if not state:
         pytest.skip(f"no real CDI consumer here: {state.reason}")
