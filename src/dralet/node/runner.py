@@ -100,6 +100,10 @@ class Driver:
         self._health_server: grpc.aio.Server | None = None
         self._metrics_runner: web.AppRunner | None = None
         self.stopped = asyncio.Event()
+        self.metrics_url = ""
+        """Where Prometheus metrics are served, once started with a metrics port."""
+        self.health_port: int | None = None
+        """The TCP port of the gRPC health service, once started with a health port."""
 
     # ----------------------------------------------------------------- start
 
@@ -171,7 +175,7 @@ class Driver:
     async def _start_health_port(self, port: int) -> None:
         server = grpc.aio.server()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        server.add_insecure_port(f"{self.settings.metrics_host}:{port}")
+        self.health_port = server.add_insecure_port(f"{self.settings.metrics_host}:{port}")
         await server.start()
         self._health_server = server
 
@@ -185,6 +189,8 @@ class Driver:
         await runner.setup()
         await web.TCPSite(runner, self.settings.metrics_host, port).start()
         self._metrics_runner = runner
+        host, bound_port = runner.addresses[0][:2]
+        self.metrics_url = f"http://{host}:{bound_port}/metrics"
 
     async def _collect_stale_forever(self) -> None:
         while True:
