@@ -5,6 +5,13 @@ view of its devices and (when reachable) the ResourceClaims in the API.
 that snapshot; ``repair`` fixes what it found by running the ledger's own recovery and
 garbage-collection paths, never a separate code path. Used by ``dralet audit`` and by the
 crash suite's invariant checks.
+
+Finding kinds: ``corrupt-checkpoint``, ``orphan-spec``, ``invalid-spec``, ``missing-spec``,
+``half-prepared``, ``half-unprepared``, ``finalizer-pending``, ``device-held-twice``,
+``orphan-device``, ``device-not-held`` (with the backend), ``claim-gone``,
+``claim-replaced``, ``claim-moved``, ``prepared-without-finalizer`` and
+``finalizer-without-claim`` (with the API). A finding whose ``repair`` is empty needs a
+person: ``repair`` does nothing about it.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from dralet.cdi import names as cdi_names
 from dralet.cdi import spec as cdi_spec
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint import store as checkpoint_store
-from dralet.checkpoint.model import Checkpoint, ClaimState
+from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState
 from dralet.node import claims as claim_checks
 from dralet.node.backend import ClaimRef, ClaimUID, DeviceBackend
 from dralet.node.ledger import Ledger, RecoveryReport
@@ -35,6 +42,10 @@ __all__ = [
 ]
 
 
+REWRITE_SPEC = "rewrite the spec from the checkpoint"
+"""The repair of a prepared claim's missing or invalid spec."""
+
+
 class ClaimLister(Protocol):
     async def list_claims(self) -> Sequence[Mapping[str, Any]]:
         """Every ResourceClaim in the cluster (all namespaces), as JSON dicts."""
@@ -44,8 +55,11 @@ class ClaimLister(Protocol):
 @dataclass(frozen=True)
 class Finding:
     kind: str
+    """What is inconsistent (one of the kinds in the module docstring)."""
     subject: str
+    """The claim UID, device (``pool/device`` or backend name) or ``checkpoint``."""
     message: str
+    """One sentence for a person."""
     repair: str = ""
     """What ``--fix`` does about it; empty when it needs a person."""
     namespace: str = ""
@@ -102,27 +116,79 @@ async def take_snapshot(
     )
 
 
-def _spec_problems(uid: str, document: Mapping[str, Any] | str, cdi_kind: str) -> list[Finding]:
+def _spec_repair(record: ClaimRecord | None) -> str:
+    if record is None:
+        return "remove the spec file"
+    if record.state == ClaimState.PREPARE_COMPLETED and record.cdi_spec is not None:
+        return REWRITE_SPEC
+    if record.state != ClaimState.PREPARE_COMPLETED:
+        return "remove the spec file with the interrupted work"
+    return ""
+
+
+def _spec_problems(
+    uid: str, document: Mapping[str, Any] | str, *, cdi_kind: str, record: ClaimRecord | None
+) -> list[Finding]:
+    repair = _spec_repair(record)
     if isinstance(document, str):
-        return [Finding("invalid-spec", uid, f"CDI spec for claim {uid} is {document}", "")]
+        return [Finding("invalid-spec", uid, f"CDI spec for claim {uid} is {document}", repair)]
     try:
         parsed = cdi_spec.from_json(document)
     except (cdi_spec.CDISpecError, cdi_names.CDINameError) as exc:
-        return [Finding("invalid-spec", uid, f"CDI spec for claim {uid} is invalid: {exc}", "")]
+        return [Finding("invalid-spec", uid, f"CDI spec for claim {uid} is invalid: {exc}", repair)]
     if parsed.kind != cdi_kind:
-        return [Finding("invalid-spec", uid, f"CDI spec kind {parsed.kind} is not {cdi_kind}", "")]
+        return [
+            Finding(
+                "invalid-spec",
+                uid,
+                f"CDI spec for claim {uid} has kind {parsed.kind}, not {cdi_kind}",
+                repair,
+            )
+        ]
+    if record is not None and record.state == ClaimState.PREPARE_COMPLETED:
+        defined = set(parsed.qualified_names())
+        missing = sorted(
+            {i for d in record.devices for i in d.cdi_device_ids} - defined,
+        )
+        if missing:
+            return [
+                Finding(
+                    "invalid-spec",
+                    uid,
+                    f"CDI spec for claim {uid} does not define {', '.join(missing)} "
+                    "(the CDI devices the kubelet was given)",
+                    repair,
+                )
+            ]
     return []
+
+
+def _corrupt_checkpoint(snapshot: NodeSnapshot) -> Finding:
+    in_use = snapshot.in_use or {}
+    if snapshot.specs or in_use:
+        message = (
+            f"{snapshot.checkpoint_error}; {len(snapshot.specs)} CDI specs and "
+            f"{len(in_use)} backend devices in use prove claims are prepared: "
+            "the driver fails closed"
+        )
+        return Finding("corrupt-checkpoint", "checkpoint", message, "")
+    repair = "reset the checkpoint (nothing is prepared; a copy is kept)"
+    if snapshot.in_use is None:
+        repair = "reset the checkpoint if the backend holds no device (a copy is kept)"
+    return Finding("corrupt-checkpoint", "checkpoint", snapshot.checkpoint_error, repair)
 
 
 def find_inconsistencies(snapshot: NodeSnapshot) -> list[Finding]:
     """Every inconsistency in ``snapshot``, in a stable order."""
     found: list[Finding] = []
     if snapshot.checkpoint is None:
-        found.append(Finding("corrupt-checkpoint", "checkpoint", snapshot.checkpoint_error, ""))
+        found.append(_corrupt_checkpoint(snapshot))
         return found
     records = snapshot.checkpoint.claims
     for uid, document in sorted(snapshot.specs.items()):
-        found.extend(_spec_problems(uid, document, snapshot.cdi_kind))
+        found.extend(
+            _spec_problems(uid, document, cdi_kind=snapshot.cdi_kind, record=records.get(uid))
+        )
         if uid not in records:
             found.append(
                 Finding(
@@ -168,7 +234,7 @@ def find_inconsistencies(snapshot: NodeSnapshot) -> list[Finding]:
                     "missing-spec",
                     uid,
                     f"prepared claim {where} has no CDI spec",
-                    "rewrite the spec from the checkpoint",
+                    REWRITE_SPEC if record.cdi_spec is not None else "",
                 )
             )
         if record.holds_devices:
@@ -277,6 +343,7 @@ def _api_findings(snapshot: NodeSnapshot, records: Mapping[str, Any]) -> list[Fi
                     "unprepare the claim",
                 )
             )
+            continue
         has_finalizer = finalizer in (claim.get("metadata", {}).get("finalizers") or [])
         if record.state == ClaimState.PREPARE_COMPLETED and not has_finalizer:
             found.append(
@@ -309,7 +376,14 @@ def _api_findings(snapshot: NodeSnapshot, records: Mapping[str, Any]) -> list[Fi
 
 
 async def repair(ledger: Ledger, findings: Sequence[Finding]) -> RecoveryReport:
-    """Fix what can be fixed, through the ledger's recovery and GC paths."""
+    """Fix what can be fixed, through the ledger's recovery and GC paths.
+
+    An invalid spec of a prepared claim is unlinked (as unprepare unlinks specs) so
+    that recovery rewrites it from the checkpoint, as it does for a missing one.
+    """
+    for f in findings:
+        if f.kind == "invalid-spec" and f.repair == REWRITE_SPEC:
+            ledger.specs.remove(f.subject)
     report = await ledger.recover()
     kinds = {f.kind for f in findings}
     if kinds & {"claim-gone", "claim-replaced", "claim-moved"}:

@@ -1,0 +1,402 @@
+"""``dralet audit``: report (and with ``--fix`` repair) every inconsistency on a node.
+
+Reads what the driver keeps on the node (checkpoint, CDI directory), the example
+driver's backend state when ``--backend-state`` is given (other drivers' hardware
+cannot be inspected from here) and, with ``--kubeconfig``, ``--api-url`` or
+``--in-cluster``, the ResourceClaims in the API. Finding inconsistencies is the pure
+``dralet.node.audit.find_inconsistencies``; ``--fix`` runs ``dralet.node.audit.repair``,
+which is the ledger's own recovery and garbage collection, never a separate path.
+
+Exit status: 0 consistent (after ``--fix``: everything repaired), 1 inconsistencies
+remain, 2 usage or I/O error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dralet import errors
+from dralet.cdi import names as cdi_names
+from dralet.drivers import example
+from dralet.node import audit
+from dralet.node.ledger import Ledger, RecoveryReport
+from dralet.node.settings import KUBELET_PLUGINS_DIR, DriverSettings
+
+__all__ = ["ApiClaims", "AuditResult", "command", "render_table"]
+
+EXIT_CONSISTENT = 0
+EXIT_INCONSISTENT = 1
+EXIT_ERROR = 2
+DEFAULT_WIDTH = 100
+"""Table width when the output is not a terminal."""
+COLUMN_GAP = 2
+MIN_COLUMN_WIDTH = 8
+BACKEND_NOT_INSPECTED = (
+    "not inspected: --backend-state DIR reads the example driver's state; "
+    "other drivers' devices cannot be inspected by dralet audit"
+)
+API_NOT_CONSULTED = "not consulted: pass --kubeconfig, --api-url or --in-cluster"
+
+
+class AuditError(Exception):
+    """An I/O or API failure that keeps the audit from finishing (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class ApiClaims:
+    """``ClaimLister`` over ``dralet.kube``'s listing (every namespace)."""
+
+    client: Any
+    """A ``dralet.kube.KubeClient``."""
+
+    async def list_claims(self) -> Sequence[Mapping[str, Any]]:
+        from dralet import kube  # imported here: the API client takes a second to load
+
+        return await kube.list_resource_claims(self.client)
+
+
+@dataclass(frozen=True)
+class ApiOptions:
+    url: str | None
+    kubeconfig: Path | None
+    in_cluster: bool
+
+    @property
+    def wanted(self) -> bool:
+        return self.url is not None or self.kubeconfig is not None or self.in_cluster
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """One audit run: what was read, what was found, what ``--fix`` did."""
+
+    settings: DriverSettings
+    snapshot: audit.NodeSnapshot
+    findings: tuple[audit.Finding, ...]
+    backend_state: Path | None
+    api_server: str
+    fix_applied: bool = False
+    actions: tuple[tuple[str, str], ...] = ()
+    fail_closed: str = ""
+    remaining: tuple[audit.Finding, ...] = ()
+
+    @property
+    def consistent(self) -> bool:
+        return not (self.remaining if self.fix_applied else self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        snapshot = self.snapshot
+        checkpoint = snapshot.checkpoint
+        return {
+            "driver": self.settings.driver_name,
+            "node": self.settings.node_name,
+            "pool": self.settings.pool_name,
+            "sources": {
+                "checkpoint": {
+                    "path": str(self.settings.checkpoint_path),
+                    "claims": len(checkpoint.claims) if checkpoint is not None else None,
+                    "error": snapshot.checkpoint_error,
+                },
+                "cdi": {
+                    "dir": str(self.settings.cdi_dir),
+                    "kind": self.settings.cdi_kind,
+                    "specs": len(snapshot.specs),
+                },
+                "backend": {
+                    "inspected": snapshot.in_use is not None,
+                    "stateDir": str(self.backend_state) if self.backend_state else None,
+                    "devicesInUse": len(snapshot.in_use) if snapshot.in_use is not None else None,
+                    "note": "" if snapshot.in_use is not None else BACKEND_NOT_INSPECTED,
+                },
+                "api": {
+                    "consulted": snapshot.claims is not None,
+                    "server": self.api_server or None,
+                    "claims": len(snapshot.claims) if snapshot.claims is not None else None,
+                },
+            },
+            "findings": [asdict(f) for f in self.findings],
+            "fix": {
+                "applied": self.fix_applied,
+                "actions": [{"action": a, "subject": s} for a, s in self.actions],
+                "failClosed": self.fail_closed,
+                "remaining": [asdict(f) for f in self.remaining],
+            },
+            "consistent": self.consistent,
+        }
+
+
+def render_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, width: int | None = None
+) -> str:
+    """A plain-text table no wider than ``width`` (default: the terminal); long cells wrap."""
+    total_width = width or shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    widths = [max([len(h), *(len(str(row[i])) for row in rows)]) for i, h in enumerate(headers)]
+    budget = total_width - COLUMN_GAP * (len(headers) - 1)
+    while sum(widths) > budget:
+        widest = max(range(len(widths)), key=lambda i: widths[i])
+        if widths[widest] <= MIN_COLUMN_WIDTH:
+            break
+        widths[widest] -= 1
+    lines: list[str] = []
+    for row in [list(headers), *([str(c) for c in r] for r in rows)]:
+        cells = [
+            textwrap.wrap(cell, w, break_long_words=True, break_on_hyphens=False) or [""]
+            for cell, w in zip(row, widths, strict=True)
+        ]
+        for n in range(max(len(c) for c in cells)):
+            parts = [
+                (c[n] if n < len(c) else "").ljust(w) for c, w in zip(cells, widths, strict=True)
+            ]
+            lines.append((" " * COLUMN_GAP).join(parts).rstrip())
+    return "\n".join(lines)
+
+
+@contextlib.asynccontextmanager
+async def _api_client(options: ApiOptions) -> AsyncIterator[Any]:
+    if not options.wanted:
+        yield None
+        return
+    from dralet import kube  # imported here: the API client takes a second to load
+
+    try:
+        client = await kube.connect(
+            url=options.url,
+            kubeconfig=options.kubeconfig,
+            in_cluster=options.in_cluster or None,
+        )
+    except Exception as exc:  # the config loaders raise many kinds of error
+        raise AuditError(f"cannot connect to the API server: {exc}") from exc
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def _snapshot(
+    settings: DriverSettings,
+    *,
+    backend: example.SimulatedGPUs | None,
+    lister: ApiClaims | None,
+) -> tuple[audit.NodeSnapshot, tuple[audit.Finding, ...]]:
+    snapshot = await audit.take_snapshot(settings, backend=backend, claims=lister)
+    return snapshot, tuple(audit.find_inconsistencies(snapshot))
+
+
+async def run_audit(
+    settings: DriverSettings,
+    *,
+    backend_state: Path | None,
+    api: ApiOptions,
+    fix: bool,
+) -> AuditResult:
+    """Audit the node; with ``fix``, repair through the ledger and audit again."""
+    backend = (
+        example.SimulatedGPUs(state_dir=backend_state, node_name=settings.node_name)
+        if backend_state is not None
+        else None
+    )
+    async with _api_client(api) as client:
+        lister = ApiClaims(client) if client is not None else None
+        try:
+            snapshot, findings = await _snapshot(settings, backend=backend, lister=lister)
+        except (OSError, TimeoutError, errors.DraletError) as exc:
+            raise AuditError(str(exc)) from exc
+        result = AuditResult(
+            settings=settings,
+            snapshot=snapshot,
+            findings=findings,
+            backend_state=backend_state,
+            api_server=str(client.host) if client is not None else "",
+        )
+        if not fix or not findings:
+            return result
+        assert backend is not None  # checked by the command
+        claim_source = None
+        if client is not None:
+            from dralet import kube  # imported here: the API client takes a second to load
+
+            claim_source = kube.ClaimClient(client)
+        ledger = Ledger(settings, backend=backend, claims=claim_source)
+        try:
+            report: RecoveryReport = await audit.repair(ledger, findings)
+            _, remaining = await _snapshot(settings, backend=backend, lister=lister)
+        except (OSError, TimeoutError, errors.DraletError) as exc:
+            raise AuditError(f"repair failed: {exc}") from exc
+        return AuditResult(
+            settings=result.settings,
+            snapshot=result.snapshot,
+            findings=result.findings,
+            backend_state=backend_state,
+            api_server=result.api_server,
+            fix_applied=True,
+            actions=tuple(report.actions),
+            fail_closed=report.fail_closed,
+            remaining=remaining,
+        )
+
+
+def _finding_rows(findings: Sequence[audit.Finding]) -> list[list[str]]:
+    return [[f.kind, f.subject, f.message, f.repair or "needs a person"] for f in findings]
+
+
+def render_text(result: AuditResult, *, width: int | None = None) -> str:
+    """The human report: what was read, a findings table, and what --fix does or did."""
+    s = result.settings
+    snap = result.snapshot
+    checkpoint = (
+        f"{s.checkpoint_path} ({len(snap.checkpoint.claims)} claims)"
+        if snap.checkpoint is not None
+        else f"{s.checkpoint_path} (unusable)"
+    )
+    backend = (
+        f"example driver state {result.backend_state} ({len(snap.in_use)} devices in use)"
+        if snap.in_use is not None
+        else BACKEND_NOT_INSPECTED
+    )
+    api = (
+        f"{result.api_server} ({len(snap.claims)} ResourceClaims)"
+        if snap.claims is not None
+        else API_NOT_CONSULTED
+    )
+    out = [
+        f"dralet audit: driver {s.driver_name} on node {s.node_name} (pool {s.pool_name})",
+        render_table(
+            ["SOURCE", "READ"],
+            [
+                ["checkpoint", checkpoint],
+                ["CDI dir", f"{s.cdi_dir} ({len(snap.specs)} specs of kind {s.cdi_kind})"],
+                ["backend", backend],
+                ["API", api],
+            ],
+            width=width,
+        ),
+        "",
+    ]
+    if not result.findings:
+        out.append("No inconsistencies found.")
+        return "\n".join(out)
+    headers = [
+        "KIND",
+        "SUBJECT",
+        "PROBLEM",
+        "DONE BY --fix" if result.fix_applied else "--fix WOULD",
+    ]
+    out.append(f"{len(result.findings)} inconsistencies found:")
+    out.append(render_table(headers, _finding_rows(result.findings), width=width))
+    out.append("")
+    if not result.fix_applied:
+        repairable = sum(1 for f in result.findings if f.repair)
+        out.append(
+            f"Dry run: --fix would repair {repairable} of {len(result.findings)} "
+            "(through the driver's own recovery); nothing was changed."
+        )
+        return "\n".join(out)
+    if result.actions:
+        out.append("Repaired:")
+        out.append(
+            render_table(["ACTION", "SUBJECT"], [list(a) for a in result.actions], width=width)
+        )
+    else:
+        out.append("Repair ran; it changed nothing.")
+    if result.fail_closed:
+        out.append(f"The checkpoint stays unusable, the driver fails closed: {result.fail_closed}")
+    out.append("")
+    if result.remaining:
+        out.append(f"{len(result.remaining)} inconsistencies remain:")
+        out.append(
+            render_table(
+                ["KIND", "SUBJECT", "PROBLEM", "NEXT"],
+                _finding_rows(result.remaining),
+                width=width,
+            )
+        )
+    else:
+        out.append("Audit after the repair: no inconsistencies.")
+    return "\n".join(out)
+
+
+@click.command("audit")
+@click.option("--driver-name", default=example.DRIVER_NAME, show_default=True)
+@click.option("--node-name", envvar="NODE_NAME", required=True, help="This node ($NODE_NAME).")
+@click.option("--pool", default="", help="ResourceSlice pool [default: the node name].")
+@click.option(
+    "--plugin-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help=f"Plugin data dir [default: {KUBELET_PLUGINS_DIR}/<driver-name>].",
+)
+@click.option(
+    "--cdi-dir", type=click.Path(path_type=Path), default=Path("/var/run/cdi"), show_default=True
+)
+@click.option("--cdi-class", default="claim", show_default=True, help="CDI kind <driver>/<class>.")
+@click.option(
+    "--backend-state",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The example driver's state dir (dralet run --state-dir); needed by --fix.",
+)
+@click.option("--api-url", default=None, help="API server URL without auth (test stand-ins).")
+@click.option("--kubeconfig", type=click.Path(path_type=Path, dir_okay=False), default=None)
+@click.option("--in-cluster", is_flag=True, help="Use the pod's service account.")
+@click.option(
+    "--fix", is_flag=True, help="Repair through the driver's recovery (default: dry run)."
+)
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+def command(
+    driver_name: str,
+    node_name: str,
+    pool: str,
+    plugin_dir: Path | None,
+    cdi_dir: Path,
+    cdi_class: str,
+    backend_state: Path | None,
+    api_url: str | None,
+    kubeconfig: Path | None,
+    in_cluster: bool,
+    fix: bool,
+    output: str,
+) -> None:
+    """Report (and --fix) leaks and inconsistencies on a node."""
+    if sum((api_url is not None, kubeconfig is not None, in_cluster)) > 1:
+        raise click.UsageError("use only one of --api-url, --kubeconfig and --in-cluster")
+    if fix and backend_state is None:
+        raise click.UsageError(
+            "--fix releases devices through the backend: pass --backend-state DIR "
+            "(the example driver); other drivers repair by restarting (recovery runs at start)"
+        )
+    try:
+        cdi_names.validate_kind(f"{driver_name}/{cdi_class}")
+    except cdi_names.CDINameError as exc:
+        raise click.UsageError(f"--driver-name/--cdi-class: {exc}") from exc
+    try:
+        settings = DriverSettings(
+            driver_name=driver_name,
+            node_name=node_name,
+            pool_name=pool,
+            plugin_dir=plugin_dir or KUBELET_PLUGINS_DIR / driver_name,
+            cdi_dir=cdi_dir,
+            cdi_class=cdi_class,
+        )
+        api = ApiOptions(url=api_url, kubeconfig=kubeconfig, in_cluster=in_cluster)
+        result = asyncio.run(run_audit(settings, backend_state=backend_state, api=api, fix=fix))
+    except AuditError as exc:
+        click.echo(f"dralet audit: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    if output == "json":
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        click.echo(render_text(result))
+    sys.exit(EXIT_CONSISTENT if result.consistent else EXIT_INCONSISTENT)

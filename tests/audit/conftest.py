@@ -1,0 +1,103 @@
+"""A node with the example driver's files, a ledger that prepared real claims through the
+API stand-in, and ``audit`` to run what ``dralet audit`` runs against it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dralet import kube
+from dralet.checkpoint.model import ClaimState
+from dralet.checkpoint.store import CheckpointStore
+from dralet.cli import audit as audit_cli
+from dralet.drivers.example import SimulatedGPUs
+from dralet.node.backend import ClaimRef, ClaimUID
+from dralet.node.ledger import Ledger
+from dralet.node.settings import DriverSettings
+from dralet.testing.apiserver import ApiServer
+from dralet.testing.cluster import ControlPlane
+from dralet.testing.kubelet import KubeletClaim
+
+DRIVER = "gpu.example.com"
+NODE = "node-a"
+FINALIZER = f"{DRIVER}/prepared"
+
+
+@dataclass
+class AuditedNode:
+    root: Path
+    settings: DriverSettings
+    backend: SimulatedGPUs
+    api: ApiServer
+    cluster: ControlPlane
+    ledger: Ledger
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "backend"
+
+    @property
+    def checkpoints(self) -> CheckpointStore:
+        return CheckpointStore(self.settings.checkpoint_path)
+
+    async def prepare(self, name: str, *devices: str) -> KubeletClaim:
+        ref = self.cluster.allocate_claim(name, [("gpu", d) for d in devices])
+        outcome = await self.ledger.prepare([ClaimRef(ClaimUID(ref.uid), ref.namespace, name)])
+        assert outcome[ref.uid].error == ""
+        return ref
+
+    def set_state(self, uid: str, state: ClaimState) -> None:
+        cp = self.checkpoints.load()
+        self.checkpoints.save(cp.with_claim(replace(cp.claims[uid], state=state)))
+
+    def set_finalizers(self, ref: KubeletClaim, finalizers: Sequence[str]) -> None:
+        self.api.patch(
+            "ResourceClaim",
+            ref.name,
+            {"metadata": {"finalizers": list(finalizers)}},
+            namespace=ref.namespace,
+        )
+
+    async def audit(
+        self, *, fix: bool = False, backend: bool = True, api: bool = True
+    ) -> audit_cli.AuditResult:
+        return await audit_cli.run_audit(
+            self.settings,
+            backend_state=self.state_dir if backend else None,
+            api=audit_cli.ApiOptions(
+                url=self.api.url if api else None, kubeconfig=None, in_cluster=False
+            ),
+            fix=fix,
+        )
+
+    async def kinds(self, **options: Any) -> list[str]:
+        return [f.kind for f in (await self.audit(**options)).findings]
+
+
+def node_settings(root: Path) -> DriverSettings:
+    return DriverSettings(
+        driver_name=DRIVER,
+        node_name=NODE,
+        plugin_dir=root / "plugins" / DRIVER,
+        cdi_dir=root / "cdi",
+    )
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[AuditedNode]:
+    settings = node_settings(tmp_path)
+    backend = SimulatedGPUs(state_dir=tmp_path / "backend", node_name=NODE)
+    async with ApiServer() as api:
+        cluster = ControlPlane(api)
+        cluster.add_node()
+        client = await kube.connect(url=api.url)
+        try:
+            ledger = Ledger(settings, backend=backend, claims=kube.ClaimClient(client))
+            await ledger.recover()
+            yield AuditedNode(tmp_path, settings, backend, api, cluster, ledger)
+        finally:
+            await client.close()
