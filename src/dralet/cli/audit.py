@@ -143,11 +143,25 @@ def render_table(
     total_width = width or shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
     widths = [max([len(h), *(len(str(row[i])) for row in rows)]) for i, h in enumerate(headers)]
     budget = total_width - COLUMN_GAP * (len(headers) - 1)
-    while sum(widths) > budget:
-        widest = max(range(len(widths)), key=lambda i: widths[i])
-        if widths[widest] <= MIN_COLUMN_WIDTH:
-            break
-        widths[widest] -= 1
+    # First wrap prose at word boundaries, keeping each column's longest word (a UID, a
+    # finding kind) whole; only when that is not enough, break words too.
+    floors = [
+        min(
+            widths[i],
+            max(
+                len(word)
+                for cell in [h, *(str(r[i]) for r in rows)]
+                for word in cell.split() or [""]
+            ),
+        )
+        for i, h in enumerate(headers)
+    ]
+    for limits in (floors, [MIN_COLUMN_WIDTH] * len(widths)):
+        while sum(widths) > budget:
+            shrinkable = [i for i in range(len(widths)) if widths[i] > limits[i]]
+            if not shrinkable:
+                break
+            widths[max(shrinkable, key=lambda i: widths[i])] -= 1
     lines: list[str] = []
     for row in [list(headers), *([str(c) for c in r] for r in rows)]:
         cells = [
@@ -250,6 +264,19 @@ def _finding_rows(findings: Sequence[audit.Finding]) -> list[list[str]]:
     return [[f.kind, f.subject, f.message, f.repair or "needs a person"] for f in findings]
 
 
+def _wrap_prose(lines: Sequence[str], width: int | None) -> str:
+    """Join report lines; prose lines (not table rows) wrap at the terminal width."""
+    total_width = width or shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    out: list[str] = []
+    for block in lines:
+        for line in block.split("\n") if "\n" in block else [block]:
+            if len(line) <= total_width:
+                out.append(line)
+            else:
+                out.extend(textwrap.wrap(line, total_width, break_on_hyphens=False))
+    return "\n".join(out)
+
+
 def render_text(result: AuditResult, *, width: int | None = None) -> str:
     """The human report: what was read, a findings table, and what --fix does or did."""
     s = result.settings
@@ -285,12 +312,12 @@ def render_text(result: AuditResult, *, width: int | None = None) -> str:
     ]
     if not result.findings:
         out.append("No inconsistencies found.")
-        return "\n".join(out)
+        return _wrap_prose(out, width)
     headers = [
         "KIND",
         "SUBJECT",
         "PROBLEM",
-        "DONE BY --fix" if result.fix_applied else "--fix WOULD",
+        "REPAIRED" if result.fix_applied else "REPAIR",
     ]
     out.append(f"{len(result.findings)} inconsistencies found:")
     out.append(render_table(headers, _finding_rows(result.findings), width=width))
@@ -301,7 +328,7 @@ def render_text(result: AuditResult, *, width: int | None = None) -> str:
             f"Dry run: --fix would repair {repairable} of {len(result.findings)} "
             "(through the driver's own recovery); nothing was changed."
         )
-        return "\n".join(out)
+        return _wrap_prose(out, width)
     if result.actions:
         out.append("Repaired:")
         out.append(
@@ -316,14 +343,14 @@ def render_text(result: AuditResult, *, width: int | None = None) -> str:
         out.append(f"{len(result.remaining)} inconsistencies remain:")
         out.append(
             render_table(
-                ["KIND", "SUBJECT", "PROBLEM", "NEXT"],
+                ["KIND", "SUBJECT", "PROBLEM", "REPAIR"],
                 _finding_rows(result.remaining),
                 width=width,
             )
         )
     else:
         out.append("Audit after the repair: no inconsistencies.")
-    return "\n".join(out)
+    return _wrap_prose(out, width)
 
 
 @click.command("audit")
