@@ -1,0 +1,250 @@
+"""``dralet conformance``: play the kubelet against any DRA driver and check named cases.
+
+The driver is found by its registration socket (``--socket``) or by watching a
+registry directory as the kubelet does (``--registry-dir``; start conformance first
+and the driver second to check the registration order from the very first GetInfo).
+Claims are created in an API server the driver reads: an existing one
+(``--api-url`` without auth, or ``--kubeconfig``), or an API stand-in that
+conformance starts itself (``--serve-api HOST:PORT``), writing a kubeconfig for the
+driver to ``--write-kubeconfig``. The cases live in ``dralet.testing.conformance``.
+
+Exit status: 0 every case passed (or was skipped), 1 a case failed, 2 usage or I/O error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dralet import errors
+from dralet.cdi import store as cdi_store
+from dralet.cli.audit import render_table
+from dralet.testing import conformance
+
+__all__ = ["ApiChoice", "command", "render_text"]
+
+EXIT_PASSED = 0
+EXIT_FAILED = 1
+EXIT_ERROR = 2
+STATUS_WORDS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
+
+
+class ConformanceError(Exception):
+    """The suite could not run (API unreachable, files not writable): exit status 2."""
+
+
+@dataclass(frozen=True)
+class ApiChoice:
+    """Where the claims go: one of these is set."""
+
+    url: str | None = None
+    kubeconfig: Path | None = None
+    serve: str | None = None
+    """HOST:PORT for an API stand-in started here (port 0 picks one)."""
+    write_kubeconfig: Path | None = None
+    """With ``serve``: the kubeconfig file for the driver."""
+    kubernetes_version: str = conformance.KUBELET_134
+    """The stand-in's Kubernetes version (served resource.k8s.io versions)."""
+
+
+@contextlib.asynccontextmanager
+async def _stand_in(choice: ApiChoice, *, node_name: str) -> AsyncIterator[str | None]:
+    if choice.serve is None:
+        yield None
+        return
+    from dralet.testing.apiserver import ApiServer  # imported here: schemas load slowly
+
+    host, _, port = choice.serve.rpartition(":")
+    server = ApiServer(
+        host=host or "127.0.0.1",
+        port=int(port),
+        kubernetes_version=choice.kubernetes_version,
+    )
+    try:
+        await server.start()
+    except OSError as exc:
+        raise ConformanceError(f"cannot serve the API stand-in on {choice.serve}: {exc}") from exc
+    try:
+        server.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}})
+        assert choice.write_kubeconfig is not None
+        server.write_kubeconfig(choice.write_kubeconfig)
+        click.echo(
+            f"dralet conformance: API stand-in at {server.url}; "
+            f"kubeconfig for the driver: {choice.write_kubeconfig}",
+            err=True,
+        )
+        yield server.url
+    finally:
+        await server.stop()
+
+
+async def run(settings: conformance.ConformanceSettings, choice: ApiChoice) -> Any:
+    """Connect (or start the stand-in), run the suite, close everything."""
+    from dralet import kube  # imported here: the API client takes a second to load
+
+    async with _stand_in(choice, node_name=settings.node_name) as served_url:
+        try:
+            client = await kube.connect(
+                url=served_url or choice.url,
+                kubeconfig=None if served_url else choice.kubeconfig,
+            )
+        except Exception as exc:  # the config loaders raise many kinds of error
+            raise ConformanceError(f"cannot connect to the API server: {exc}") from exc
+        try:
+            factory = conformance.ApiClaimFactory(
+                client,
+                node_name=settings.node_name,
+                pool=settings.pool_name,
+                namespace=settings.namespace,
+            )
+            try:
+                await kube.negotiate_resource_version(client)
+            except (OSError, TimeoutError, errors.DraletError) as exc:
+                raise ConformanceError(f"the API server does not serve DRA: {exc}") from exc
+            return await conformance.run_suite(settings, claims=factory)
+        finally:
+            await client.close()
+
+
+def render_text(result: conformance.SuiteResult, *, width: int | None = None) -> str:
+    rows = [[c.name, STATUS_WORDS[c.status], c.message] for c in result.cases]
+    failed = result.failed()
+    lines = [
+        f"dralet conformance: driver {result.driver or '?'} at {result.endpoint or '?'}"
+        + (f" (DRA service {result.service})" if result.service else ""),
+        render_table(["CASE", "RESULT", "DETAIL"], rows, width=width),
+        "",
+        f"{len(result.cases) - len(failed)} of {len(result.cases)} passed"
+        + (f"; failed: {', '.join(failed)}" if failed else "."),
+    ]
+    return "\n".join(lines)
+
+
+@click.command("conformance")
+@click.option(
+    "--socket",
+    "socket_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The driver's registration socket.",
+)
+@click.option(
+    "--registry-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Watch this directory for the registration socket, as the kubelet does.",
+)
+@click.option("--driver-name", default="", help="Expected driver name [default: from GetInfo].")
+@click.option(
+    "--cdi-dir",
+    type=click.Path(path_type=Path),
+    default=cdi_store.DEFAULT_CDI_DIR,
+    show_default=True,
+)
+@click.option("--api-url", default=None, help="API server URL without auth (a stand-in).")
+@click.option("--kubeconfig", type=click.Path(path_type=Path, dir_okay=False), default=None)
+@click.option(
+    "--serve-api",
+    metavar="HOST:PORT",
+    default=None,
+    help="Start an API stand-in here (port 0 picks one) for the driver to read.",
+)
+@click.option(
+    "--write-kubeconfig",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="With --serve-api: write the driver's kubeconfig to this file.",
+)
+@click.option("--node-name", envvar="NODE_NAME", default="node-a", show_default=True)
+@click.option("--pool", default="", help="Pool of the devices [default: the node name].")
+@click.option(
+    "--device",
+    "devices",
+    multiple=True,
+    help="A device of the pool to allocate (repeat; two recommended) [default: gpu-0, gpu-1].",
+)
+@click.option("--namespace", default="default", show_default=True)
+@click.option(
+    "--kubelet-version",
+    type=click.Choice([conformance.KUBELET_132, conformance.KUBELET_134]),
+    default=conformance.KUBELET_134,
+    show_default=True,
+    help="The kubelet whose service choice the DRA cases use (and the stand-in's version).",
+)
+@click.option(
+    "--wait", type=float, default=30.0, show_default=True, help="Seconds to wait for the driver."
+)
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@click.option(
+    "--junit", type=click.Path(path_type=Path, dir_okay=False), default=None, help="JUnit XML file."
+)
+def command(
+    socket_path: Path | None,
+    registry_dir: Path | None,
+    driver_name: str,
+    cdi_dir: Path,
+    api_url: str | None,
+    kubeconfig: Path | None,
+    serve_api: str | None,
+    write_kubeconfig: Path | None,
+    node_name: str,
+    pool: str,
+    devices: tuple[str, ...],
+    namespace: str,
+    kubelet_version: str,
+    wait: float,
+    output: str,
+    junit: Path | None,
+) -> None:
+    """Check any DRA driver's socket as a kubelet would."""
+    if (socket_path is None) == (registry_dir is None):
+        raise click.UsageError("give exactly one of --socket and --registry-dir")
+    if sum(x is not None for x in (api_url, kubeconfig, serve_api)) != 1:
+        raise click.UsageError(
+            "claims need an API server: give exactly one of --api-url, --kubeconfig and --serve-api"
+        )
+    if (serve_api is None) != (write_kubeconfig is None):
+        raise click.UsageError("--serve-api and --write-kubeconfig go together")
+    if serve_api is not None and not serve_api.rpartition(":")[2].isdigit():
+        raise click.UsageError(f"--serve-api: expected HOST:PORT, got {serve_api!r}")
+    settings = conformance.ConformanceSettings(
+        registration_socket=socket_path.absolute() if socket_path else None,
+        registry_dir=registry_dir.absolute() if registry_dir else None,
+        driver_name=driver_name,
+        cdi_dir=cdi_dir.absolute(),
+        node_name=node_name,
+        pool=pool,
+        devices=devices or conformance.ConformanceSettings.devices,
+        namespace=namespace,
+        kubelet_version=kubelet_version,
+        discovery_timeout=wait,
+    )
+    choice = ApiChoice(
+        url=api_url,
+        kubeconfig=kubeconfig,
+        serve=serve_api,
+        write_kubeconfig=write_kubeconfig,
+        kubernetes_version=kubelet_version,
+    )
+    try:
+        result: conformance.SuiteResult = asyncio.run(run(settings, choice))
+        if junit is not None:
+            junit.write_text(result.to_junit_xml())
+    except (ConformanceError, OSError) as exc:
+        click.echo(f"dralet conformance: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    if output == "json":
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        click.echo(render_text(result))
+    sys.exit(EXIT_PASSED if result.passed else EXIT_FAILED)
