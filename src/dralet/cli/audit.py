@@ -33,7 +33,7 @@ from dralet.node import audit
 from dralet.node.ledger import Ledger, RecoveryReport
 from dralet.node.settings import KUBELET_PLUGINS_DIR, DriverSettings
 
-__all__ = ["ApiClaims", "AuditResult", "command", "render_table"]
+__all__ = ["ApiClaims", "AuditResult", "command", "render_table", "wrap_prose"]
 
 EXIT_CONSISTENT = 0
 EXIT_INCONSISTENT = 1
@@ -264,7 +264,7 @@ def _finding_rows(findings: Sequence[audit.Finding]) -> list[list[str]]:
     return [[f.kind, f.subject, f.message, f.repair or "needs a person"] for f in findings]
 
 
-def _wrap_prose(lines: Sequence[str], width: int | None) -> str:
+def wrap_prose(lines: Sequence[str], width: int | None) -> str:
     """Join report lines; prose lines (not table rows) wrap at the terminal width."""
     total_width = width or shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
     out: list[str] = []
@@ -312,7 +312,7 @@ def render_text(result: AuditResult, *, width: int | None = None) -> str:
     ]
     if not result.findings:
         out.append("No inconsistencies found.")
-        return _wrap_prose(out, width)
+        return wrap_prose(out, width)
     headers = [
         "KIND",
         "SUBJECT",
@@ -328,7 +328,7 @@ def render_text(result: AuditResult, *, width: int | None = None) -> str:
             f"Dry run: --fix would repair {repairable} of {len(result.findings)} "
             "(through the driver's own recovery); nothing was changed."
         )
-        return _wrap_prose(out, width)
+        return wrap_prose(out, width)
     if result.actions:
         out.append("Repaired:")
         out.append(
@@ -350,7 +350,7 @@ def render_text(result: AuditResult, *, width: int | None = None) -> str:
         )
     else:
         out.append("Audit after the repair: no inconsistencies.")
-    return _wrap_prose(out, width)
+    return wrap_prose(out, width)
 
 
 @click.command("audit")

@@ -26,7 +26,7 @@ import click
 
 from dralet import errors
 from dralet.cdi import store as cdi_store
-from dralet.cli.audit import render_table
+from dralet.cli.audit import render_table, wrap_prose
 from dralet.testing import conformance
 
 __all__ = ["ApiChoice", "command", "render_text"]
@@ -125,7 +125,7 @@ def render_text(result: conformance.SuiteResult, *, width: int | None = None) ->
         f"{len(result.cases) - len(failed)} of {len(result.cases)} passed"
         + (f"; failed: {', '.join(failed)}" if failed else "."),
     ]
-    return "\n".join(lines)
+    return wrap_prose(lines, width)
 
 
 @click.command("conformance")
