@@ -16,17 +16,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import shutil
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from dralet import errors
+from dralet import errors, logs
 from dralet.cdi import names as cdi_names
 from dralet.drivers import example
 from dralet.node import audit
@@ -156,12 +157,12 @@ def render_table(
         )
         for i, h in enumerate(headers)
     ]
-    for limits in (floors, [MIN_COLUMN_WIDTH] * len(widths)):
-        while sum(widths) > budget:
-            shrinkable = [i for i in range(len(widths)) if widths[i] > limits[i]]
-            if not shrinkable:
-                break
-            widths[max(shrinkable, key=lambda i: widths[i])] -= 1
+    for i in sorted(range(len(widths)), key=lambda i: widths[i], reverse=True):
+        widths[i] = max(floors[i], widths[i] - max(0, sum(widths) - budget))
+    # Still too wide: break words in the column with the most text (the prose) first.
+    by_text = sorted(range(len(widths)), key=lambda i: -sum(len(str(r[i])) for r in rows))
+    for i in by_text:
+        widths[i] = max(MIN_COLUMN_WIDTH, widths[i] - max(0, sum(widths) - budget))
     lines: list[str] = []
     for row in [list(headers), *([str(c) for c in r] for r in rows)]:
         cells = [
@@ -353,6 +354,20 @@ def render_text(result: AuditResult, *, width: int | None = None) -> str:
     return wrap_prose(out, width)
 
 
+@contextlib.contextmanager
+def _repair_log() -> Iterator[None]:
+    """The ledger's warnings (what a repair did and why) go to stderr while auditing."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logs.KeyValueFormatter())
+    handler.setLevel(logging.WARNING)
+    logger = logging.getLogger("dralet")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
 @click.command("audit")
 @click.option("--driver-name", default=example.DRIVER_NAME, show_default=True)
 @click.option("--node-name", envvar="NODE_NAME", required=True, help="This node ($NODE_NAME).")
@@ -418,7 +433,8 @@ def command(
             cdi_class=cdi_class,
         )
         api = ApiOptions(url=api_url, kubeconfig=kubeconfig, in_cluster=in_cluster)
-        result = asyncio.run(run_audit(settings, backend_state=backend_state, api=api, fix=fix))
+        with _repair_log():
+            result = asyncio.run(run_audit(settings, backend_state=backend_state, api=api, fix=fix))
     except AuditError as exc:
         click.echo(f"dralet audit: {exc}", err=True)
         sys.exit(EXIT_ERROR)
