@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from dralet import kube
 from dralet.cli import main
+from dralet.cli.audit import render_table
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.ledger import Ledger
@@ -221,3 +222,12 @@ def test_api_that_cannot_be_reached_exits_2(node: Node) -> None:
 def test_missing_node_name_is_a_usage_error() -> None:
     code, _, err = audit("audit")
     assert code == 2 and "--node-name" in err
+
+
+@pytest.mark.parametrize("width", [40, 60, 100])
+def test_tables_never_exceed_the_width_and_keep_uids_whole_when_they_fit(width: int) -> None:
+    uid = str(uuid.uuid4())
+    rows = [["claim-gone", uid, "ResourceClaim default/notebook no longer exists", "unprepare"]]
+    table = render_table(["KIND", "SUBJECT", "PROBLEM", "REPAIR"], rows, width=width)
+    assert max(len(line) for line in table.splitlines()) <= width
+    assert (uid in table) == (width >= 100)

@@ -162,7 +162,8 @@ def render_table(
     # Still too wide: break words in the column with the most text (the prose) first.
     by_text = sorted(range(len(widths)), key=lambda i: -sum(len(str(r[i])) for r in rows))
     for i in by_text:
-        widths[i] = max(MIN_COLUMN_WIDTH, widths[i] - max(0, sum(widths) - budget))
+        floor = min(widths[i], MIN_COLUMN_WIDTH)
+        widths[i] = max(floor, widths[i] - max(0, sum(widths) - budget))
     lines: list[str] = []
     for row in [list(headers), *([str(c) for c in r] for r in rows)]:
         cells = [
