@@ -8,8 +8,9 @@ checkpoint and the CDI directory are the truth, re-read under the lock.
 
 Order of durable steps for one claim:
 
-prepare    finalizer on the claim → ``PrepareStarted`` (devices chosen, exclusivity
-           checked) → backend prepare → CDI spec written → ``PrepareCompleted``
+prepare    ``PrepareStarted`` (devices chosen, exclusivity checked, finalizer marked as
+           possibly added) → finalizer on the claim → backend prepare → CDI spec
+           written → ``PrepareCompleted``
 unprepare  ``UnprepareStarted`` → CDI spec unlinked → backend release → finalizer
            removed → record removed (``Released`` if the finalizer could not be removed
            yet; garbage collection retries it)
@@ -385,12 +386,9 @@ class Ledger:
             )
         devices = self._device_records(ref.uid, allocated)
         self._check_exclusive(ref, devices, self.load())
-        if not await self._add_finalizer(ref.namespace, ref.name, ref.uid):
-            raise errors.ClaimError(
-                ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} disappeared while preparing"
-            )
-        failpoints.hit(FP_AFTER_FINALIZER)
 
+        # Intent first: the record says the finalizer may be on the claim before it is
+        # added, so any failure or crash from here on ends in a teardown that removes it.
         started = ClaimRecord(
             uid=ref.uid,
             namespace=ref.namespace,
@@ -409,6 +407,11 @@ class Ledger:
         failpoints.hit(FP_AFTER_STARTED)
 
         try:
+            if not await self._add_finalizer(ref.namespace, ref.name, ref.uid):
+                raise errors.ClaimError(
+                    ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} disappeared while preparing"
+                )
+            failpoints.hit(FP_AFTER_FINALIZER)
             prepared = await self._backend_prepare(ref, devices)
             failpoints.hit(FP_AFTER_BACKEND_PREPARE)
             document = self._build_spec(ref, prepared)
