@@ -1,0 +1,62 @@
+"""Kill -9 at every failpoint, restart, let the kubelet retry, and audit the node.
+
+The CI-size campaign (200 runs, every declared failpoint armed round-robin) runs by
+default; ``DRALET_CRASH_RUNS=5000`` makes it nightly-size and ``DRALET_CRASH_SEED=N
+DRALET_CRASH_RUNS=1`` reruns one failing run alone (its seed is printed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dralet import failpoints
+from dralet.testing import crash
+
+pytestmark = pytest.mark.crash
+
+CAMPAIGN_TIMEOUT = 900
+SHOWN_FAILURES = 5
+
+
+def test_failpoints_are_scheduled_round_robin() -> None:
+    names = crash.declared_failpoints()
+    assert len(names) >= 25
+    for base in (0, 1, 977):
+        assert {crash.failpoint_for(base + i) for i in range(len(names))} == set(names)
+    # Every failpoint the ledger puts around calls out of the process is declared.
+    for name in (
+        "backend.prepare.before",
+        "backend.prepare.after",
+        "backend.release.before",
+        "backend.release.after",
+        "api.add-finalizer.before",
+        "api.add-finalizer.after",
+        "api.remove-finalizer.before",
+        "api.remove-finalizer.after",
+    ):
+        assert name in failpoints.known()
+
+
+def test_settings_come_from_the_environment() -> None:
+    settings = crash.CrashSettings.from_env(
+        {crash.ENV_RUNS: "5000", crash.ENV_SEED: "1234", crash.ENV_CONCURRENCY: "3"}
+    )
+    assert (settings.runs, settings.base_seed, settings.concurrency) == (5000, 1234, 3)
+    assert crash.CrashSettings.from_env({}).runs == crash.CrashSettings().runs
+    result = crash.RunResult(seed=1234, failpoint="x", nth=1)
+    assert result.rerun(settings).startswith("DRALET_CRASH_SEED=1234 DRALET_CRASH_RUNS=1 ")
+
+
+@pytest.mark.timeout(CAMPAIGN_TIMEOUT)
+async def test_crash_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    settings = crash.CrashSettings.from_env()
+    report = await crash.run_many(settings, root=tmp_path / "crash")
+    with capsys.disabled():
+        print(f"\n{report.summary()}\n{report.coverage_table()}")
+    failures = "\n\n".join(r.describe(settings) for r in report.failed[:SHOWN_FAILURES])
+    assert not report.failed, f"{len(report.failed)} runs broke an invariant:\n{failures}"
+    if settings.runs >= len(report.known):
+        assert report.never_reached == []
+        assert report.never_killed == [], "armed round-robin, yet these never fired"
