@@ -5,11 +5,13 @@ memory, and ``restart()`` to play a new driver process over the same directories
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dralet import failpoints
 from dralet.checkpoint.model import Checkpoint, ClaimRecord
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node import audit
@@ -165,3 +167,32 @@ class GatedBackend:
 
     async def health(self) -> Any:
         return await self.inner.health()
+
+
+class SimulatedCrash(BaseException):
+    """The process 'dies' at a failpoint: no ``except Exception`` cleanup runs."""
+
+
+@contextlib.contextmanager
+def crash_at(name: str, *, nth: int = 1) -> Iterator[None]:
+    """Make the ``nth`` hit of failpoint ``name`` behave like kill -9 of the driver.
+
+    Only ``finally`` blocks run as the crash unwinds (as the kernel drops flocks when a
+    process dies); every durable step before the failpoint stays, none after it happens.
+    """
+    real_hit = failpoints.hit
+    seen = 0
+
+    def hit(point: str) -> None:
+        nonlocal seen
+        if point == name:
+            seen += 1
+            if seen == nth:
+                raise SimulatedCrash(point)
+        real_hit(point)
+
+    failpoints.hit = hit  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        failpoints.hit = real_hit
