@@ -417,6 +417,15 @@ class Ledger:
             document = self._build_spec(ref, prepared)
             self.specs.write(ref.uid, document)
             failpoints.hit(FP_AFTER_SPEC)
+            # Recording the completion can fail too (ENOSPC): that rolls back like any
+            # other step, instead of leaving a spec and a held device behind an error.
+            completed = await self._put(
+                started.with_state(
+                    ClaimState.PREPARE_COMPLETED,
+                    devices=tuple(d for d, _ in prepared),
+                    cdi_spec=document,
+                )
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -426,10 +435,6 @@ class Ledger:
             raise errors.ClaimError(
                 ref.uid, f"prepare failed: {type(exc).__name__}: {exc}"
             ) from exc
-        completed = started.with_state(
-            ClaimState.PREPARE_COMPLETED, devices=tuple(d for d, _ in prepared), cdi_spec=document
-        )
-        completed = await self._put(completed)
         log.info(
             "prepared",
             extra={

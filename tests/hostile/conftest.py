@@ -1,0 +1,80 @@
+"""A driver in the test's event loop over a node root that tests may damage first."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dralet.drivers.example import SimulatedGPUs
+from dralet.node.runner import Driver
+from dralet.testing.kubelet import KubeletClaim, KubeletEmulator
+from tests.claimfakes import DRIVER, NODE, MemoryClaims, allocated_claim
+from tests.node.conftest import Node, make_settings
+
+
+@contextlib.asynccontextmanager
+async def running_node(root: Path, claims: MemoryClaims | None = None) -> AsyncIterator[Node]:
+    os.makedirs(root, exist_ok=True)
+    settings = make_settings(root)
+    backend = SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=4)
+    claims = claims if claims is not None else MemoryClaims()
+    driver = Driver(settings, backend, claims=claims)
+    await driver.start()
+    kubelet = KubeletEmulator(settings.registry_dir)
+    try:
+        plugin = await kubelet.wait_for_plugin(DRIVER, within=10)
+        yield Node(settings, backend, claims, driver, kubelet, plugin)
+    finally:
+        await kubelet.close()
+        await driver.stop()
+
+
+@pytest.fixture
+def short_root() -> Iterator[Path]:
+    """A node root short enough for unix socket paths (108 bytes at most)."""
+    with tempfile.TemporaryDirectory(prefix="dralet-") as root:
+        yield Path(root)
+
+
+@pytest.fixture
+async def node(short_root: Path) -> AsyncIterator[Node]:
+    async with running_node(short_root / "node") as n:
+        yield n
+
+
+def add_claim(node: Node, name: str, *devices: str) -> KubeletClaim:
+    claim = node.claims.add(
+        allocated_claim(name, devices=[(f"r{i}", d) for i, d in enumerate(devices)])
+    )
+    meta = claim["metadata"]
+    return KubeletClaim(meta["namespace"], meta["uid"], meta["name"])
+
+
+def files_under(root: Path) -> list[Path]:
+    return sorted(Path(d) / f for d, _, names in os.walk(root) for f in names)
+
+
+def assert_written_only_inside(root: Path, allowed: Iterable[Path]) -> None:
+    """Every file under ``root`` lies in one of the configured directories."""
+    dirs = [a.absolute() for a in allowed]
+    stray = [f for f in files_under(root) if not any(f.absolute().is_relative_to(d) for d in dirs)]
+    assert stray == []
+
+
+def allowed_dirs(node: Node) -> list[Path]:
+    s = node.settings
+    return [s.plugin_dir, s.registry_dir, s.cdi_dir, node.backend.state_dir, s.boot_id_path]
+
+
+def temp_files(node: Node) -> list[Path]:
+    return [
+        f
+        for d in (node.settings.cdi_dir, node.settings.plugin_dir)
+        for f in files_under(d)
+        if f.name.endswith(".tmp")
+    ]
