@@ -538,7 +538,11 @@ class Ledger:
             return PrepareOutcome()
 
     async def _unprepare_without_checkpoint(self, ref: ClaimRef) -> None:
-        """Fail-closed unprepare: the CDI dir and the backend prove what was prepared."""
+        """Fail-closed unprepare: the CDI dir and the backend prove what was prepared.
+
+        The kubelet's request names the claim, so its finalizer goes too once nothing is
+        held any more; otherwise the ResourceClaim could never be deleted.
+        """
         self.specs.remove(ref.uid)
         in_use = await self.backend.devices_in_use()
         for device, holder in sorted(in_use.items()):
@@ -548,6 +552,10 @@ class Ledger:
                     AllocatedDevice(request="", pool=self.settings.pool_name, device=device),
                     {},
                 )
+        if self.claims is not None and not await self._remove_finalizer(
+            ref.namespace, ref.name, ref.uid
+        ):
+            raise errors.ClaimError(ref.uid, "could not remove the claim's finalizer; will retry")
 
     async def _teardown(self, record: ClaimRecord, *, reason: str) -> None:
         """Undo whatever a record says may have happened; ends with the record gone.
@@ -599,10 +607,16 @@ class Ledger:
     # ----------------------------------------------------------------- recovery
 
     def enter_fail_closed(self, reason: str) -> None:
+        """Stop trusting the checkpoint (found unusable while running); keep a copy."""
         if not self.fail_closed:
-            self.fail_closed = reason
+            try:
+                kept = self.checkpoints.keep_aside()
+            except OSError:
+                kept = None
+                log.exception("could not keep a copy of the unusable checkpoint")
+            self.fail_closed = f"{reason} (copy kept at {kept})" if kept else reason
             self.metrics.checkpoint_errors.labels("corrupt").inc()
-            log.error("checkpoint unusable, failing closed: %s", reason)
+            log.error("checkpoint unusable, failing closed: %s", self.fail_closed)
 
     async def recover(self) -> RecoveryReport:
         """Reconcile checkpoint, CDI directory and backend at start, before serving.

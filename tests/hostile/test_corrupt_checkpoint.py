@@ -1,0 +1,188 @@
+"""A checkpoint that cannot be trusted: the driver fails closed without crash-looping.
+
+It stays up (health answers, the process keeps running), refuses new prepares with a
+clear per-claim error, still unprepares what the CDI directory and the backend prove
+was prepared, keeps the bad file (and a copy aside for forensics), and counts it in
+``dralet_checkpoint_errors``. It never starts silently empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from dralet.checkpoint import codec
+from dralet.testing.apiserver import ApiServer
+from dralet.testing.cluster import ControlPlane
+from dralet.testing.kubelet import KubeletEmulator
+from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from tests.claimfakes import MemoryClaims
+from tests.hostile.conftest import add_claim, allowed_dirs, assert_written_only_inside, running_node
+
+FINALIZER = "gpu.example.com/prepared"
+REGISTER_WITHIN = 30.0
+
+
+def _future(raw: bytes) -> bytes:
+    data = json.loads(json.loads(raw)["data"])
+    data["apiVersion"] = "checkpoint.dralet.dev/v99"
+    text = json.dumps(data)
+    return json.dumps({"data": text, "checksum": codec.checksum(text)}).encode()
+
+
+def _wrong_checksum(raw: bytes) -> bytes:
+    envelope = json.loads(raw)
+    envelope["checksum"] = "sha256:" + "0" * 64
+    return json.dumps(envelope).encode()
+
+
+DAMAGE: dict[str, Callable[[bytes], bytes]] = {
+    "truncated": lambda raw: raw[: len(raw) // 2],
+    "zero-length": lambda raw: b"",
+    "wrong-checksum": _wrong_checksum,
+    "future-version": _future,
+}
+
+
+def _metric(exposition: bytes, name: str) -> float:
+    for line in exposition.decode().splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+async def test_driver_fails_closed_on_a_damaged_checkpoint(short_root: Path, damage: str) -> None:
+    root = short_root / "node"
+    claims = MemoryClaims()
+    async with running_node(root, claims) as first:
+        prepared = add_claim(first, "prepared", "gpu-1")
+        assert (await first.plugin.prepare([prepared])).kubelet_error == ""
+    checkpoint = first.settings.checkpoint_path
+    bad = DAMAGE[damage](checkpoint.read_bytes())
+    checkpoint.write_bytes(bad)
+
+    async with running_node(root, claims) as node:
+        assert node.driver.ledger.fail_closed
+        health = health_pb2_grpc.HealthStub(node.plugin.channel())
+        answer = await health.Check(health_pb2.HealthCheckRequest(service=""))
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING  # liveness: no restart
+        assert _metric(node.driver.metrics.exposition(), "dralet_checkpoint_errors_total") >= 1
+        assert checkpoint.read_bytes() == bad  # never silently replaced by an empty one
+        kept = list(checkpoint.parent.glob("checkpoint.json.corrupt-*"))
+        assert [k.read_bytes() for k in kept] == [bad]
+
+        fresh = add_claim(node, "fresh", "gpu-2")
+        refused = await node.plugin.prepare([fresh])
+        assert "not preparing new claims" in refused.claims[fresh.uid].error
+        assert "unusable" in refused.claims[fresh.uid].error
+        assert node.backend.in_use() == {"gpu-1": prepared.uid}
+
+        # What the CDI dir and the backend prove was prepared is still unprepared.
+        assert (await node.plugin.unprepare([prepared])).kubelet_error == ""
+        assert list(node.settings.cdi_dir.iterdir()) == []
+        assert node.backend.in_use() == {}
+        assert FINALIZER not in claims.finalizers("default", "prepared")
+        assert_written_only_inside(short_root, allowed_dirs(node))
+
+
+async def test_nothing_prepared_and_damaged_checkpoint_is_reset_with_a_copy_kept(
+    short_root: Path,
+) -> None:
+    root = short_root / "node"
+    async with running_node(root) as first:
+        claim = add_claim(first, "c", "gpu-0")
+        await first.plugin.prepare([claim])
+        await first.plugin.unprepare([claim])
+    checkpoint = first.settings.checkpoint_path
+    checkpoint.write_bytes(b"{garbage")
+
+    async with running_node(root) as node:
+        assert not node.driver.ledger.fail_closed  # provably nothing to lose
+        assert node.driver.recovery is not None
+        assert node.driver.recovery.count("corrupt-checkpoint-reset") == 1
+        assert [k.read_bytes() for k in checkpoint.parent.glob("checkpoint.json.corrupt-*")] == [
+            b"{garbage"
+        ]
+        assert _metric(node.driver.metrics.exposition(), "dralet_checkpoint_errors_total") == 1
+        again = add_claim(node, "again", "gpu-0")
+        assert (await node.plugin.prepare([again])).kubelet_error == ""
+
+
+async def test_checkpoint_damaged_while_running_fails_closed_and_is_kept(node_root: Path) -> None:
+    async with running_node(node_root) as node:
+        first = add_claim(node, "first", "gpu-0")
+        assert (await node.plugin.prepare([first])).kubelet_error == ""
+        node.settings.checkpoint_path.write_bytes(b"\x00" * 10)
+
+        second = add_claim(node, "second", "gpu-1")
+        refused = await node.plugin.prepare([second])
+        assert "unusable" in refused.claims[second.uid].error
+        assert node.driver.ledger.fail_closed
+        kept = list(node.settings.plugin_dir.glob("checkpoint.json.corrupt-*"))
+        assert [k.read_bytes() for k in kept] == [b"\x00" * 10]
+        assert (await node.plugin.unprepare([first])).kubelet_error == ""
+        assert node.backend.in_use() == {}
+        assert FINALIZER not in node.claims.finalizers("default", "first")
+
+
+@pytest.fixture
+def node_root(short_root: Path) -> Path:
+    return short_root / "node"
+
+
+@pytest.mark.e2e
+async def test_driver_process_stays_up_on_a_corrupt_checkpoint(short_root: Path) -> None:
+    paths = DriverPaths(short_root)
+    async with ApiServer(kubernetes_version="1.34") as api:
+        cluster = ControlPlane(api)
+        cluster.add_node()
+        driver = DriverProcess(
+            driver_args(paths, api_url=api.url, extra=["--no-publish"]),
+            log_path=short_root / "driver.log",
+        )
+        kubelet = KubeletEmulator(paths.registry_dir)
+        try:
+            driver.start()
+            plugin = await kubelet.wait_for_plugin("gpu.example.com", within=REGISTER_WITHIN)
+            ref = cluster.allocate_claim("train", [("gpu", "gpu-1")])
+            assert (await plugin.prepare([ref])).kubelet_error == "", driver.log()
+            await driver.kill()
+            await kubelet.close()
+            paths.checkpoint.write_bytes(paths.checkpoint.read_bytes()[:-20])
+
+            driver.start()
+            plugin = await kubelet.wait_for_plugin("gpu.example.com", within=REGISTER_WITHIN)
+            other = cluster.allocate_claim("other", [("gpu", "gpu-2")])
+            refused = await plugin.prepare([other])
+            assert "not preparing new claims" in refused.claims[other.uid].error
+            assert (await plugin.unprepare([ref])).kubelet_error == ""
+            assert cluster.finalizers(ref) == []
+            assert list(paths.cdi_dir.glob("*.json")) == []
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:  # it keeps running: no exit, no crash loop
+                assert driver.alive, driver.log()
+                await asyncio.sleep(0.05)
+            health = health_pb2_grpc.HealthStub(plugin.channel())
+            answer = await health.Check(health_pb2.HealthCheckRequest(service=""))
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+            assert "failing closed" in driver.log()
+        finally:
+            await kubelet.close()
+            await driver.terminate()
+    assert_written_only_inside(
+        short_root,
+        [
+            paths.plugin_dir,
+            paths.registry_dir,
+            paths.cdi_dir,
+            paths.state_dir,
+            paths.root / "driver.log",
+        ],
+    )
