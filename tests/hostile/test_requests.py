@@ -43,7 +43,9 @@ HOSTILE_UIDS = [
 
 async def _raw_call(node: Node, method: str, payload: bytes) -> grpc.aio.AioRpcError:
     # No serializers: the bytes go on the wire as they are.
-    call = node.plugin.channel().unary_unary(method)
+    call = node.plugin.channel().unary_unary(
+        method, request_serializer=None, response_deserializer=None
+    )
     with pytest.raises(grpc.aio.AioRpcError) as failure:
         await call(payload, timeout=10)
     return failure.value
@@ -154,7 +156,9 @@ async def test_valid_protobuf_with_unknown_fields_is_served(node: Node) -> None:
         + b"\xf8\x3f\x01"
     )  # field 1023, varint: from a newer kubelet
     call = node.plugin.channel().unary_unary(
-        PREPARE, response_deserializer=dra_v1_pb2.NodePrepareResourcesResponse.FromString
+        PREPARE,
+        request_serializer=None,
+        response_deserializer=dra_v1_pb2.NodePrepareResourcesResponse.FromString,
     )
     response = await call(request, timeout=10)
     assert response.claims[claim.uid].error == ""
