@@ -19,6 +19,8 @@ FINALIZER = "gpu.example.com/prepared"
         ("cdi.write.before-fsync", 1),
         ("cdi.write.after-fsync", 1),
         ("checkpoint.write.before-fsync", 1),  # recording the intent
+        ("checkpoint.write.after-rename", 1),  # the intent is on disk, then the error
+        ("checkpoint.write.after-dir-fsync", 1),
         ("checkpoint.write.before-fsync", 2),  # recording the completion
         ("checkpoint.write.after-fsync", 2),
     ],

@@ -403,7 +403,19 @@ class Ledger:
             self._check_exclusive(ref, devices, cp)
             return cp.with_claim(replace(started, updated_at=_now()))
 
-        await self._update(record_intent)
+        try:
+            await self._update(record_intent)
+        except asyncio.CancelledError:
+            raise
+        except errors.ClaimError:
+            raise
+        except Exception:
+            # The write may have failed after its rename (EIO on the directory fsync):
+            # take the intent back so the claim's error leaves the node as it was.
+            with contextlib.suppress(Exception):
+                if ref.uid in self.load().claims:
+                    await self._drop(ref.uid)
+            raise
         failpoints.hit(FP_AFTER_STARTED)
 
         try:
