@@ -708,7 +708,15 @@ class Ledger:
 
     async def _release_orphan_devices(self, report: RecoveryReport) -> None:
         in_use = await self.backend.devices_in_use()
+        recorded = {
+            (d.device, uid)
+            for uid, record in self.load().claims.items()
+            if record.holds_devices
+            for d in record.devices
+        }
         for device, holder_uid in sorted(in_use.items()):
+            if (device, holder_uid) in recorded:
+                continue  # the common case, proven without a lock: nothing to do
             async with self._claim_lock(holder_uid):
                 record = self.load().claims.get(holder_uid)
                 if (
