@@ -48,7 +48,7 @@ async def test_write_error_fails_the_claim_and_changes_nothing(
     assert FINALIZER not in node.claims.finalizers("default", "victim")
     # The kubelet's retry, once the disk is fine again, prepares it.
     assert (await node.plugin.prepare([victim])).kubelet_error == ""
-    assert_written_only_inside(node.settings.plugin_dir.parents[1], allowed_dirs(node))
+    assert_written_only_inside(node.settings.plugin_dir.parents[2], allowed_dirs(node))
 
 
 @pytest.mark.parametrize("action", ["enospc", "eacces"])

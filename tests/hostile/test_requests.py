@@ -62,16 +62,16 @@ async def _still_serves(node: Node) -> None:
 async def test_hostile_claim_uid_is_refused_and_touches_nothing(
     node: Node, uid: str, operation: str
 ) -> None:
-    before = files_under(node.settings.plugin_dir.parents[1])
+    before = files_under(node.settings.plugin_dir.parents[2])
     claim = KubeletClaim("default", uid, "c")
     send = node.plugin.prepare if operation == "prepare" else node.plugin.unprepare
     with pytest.raises(grpc.aio.AioRpcError) as failure:
         await send([claim])
     assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "uid" in (failure.value.details() or "")
-    assert files_under(node.settings.plugin_dir.parents[1]) == before
+    assert files_under(node.settings.plugin_dir.parents[2]) == before
     await _still_serves(node)
-    assert_written_only_inside(node.settings.plugin_dir.parents[1], allowed_dirs(node))
+    assert_written_only_inside(node.settings.plugin_dir.parents[2], allowed_dirs(node))
 
 
 @pytest.mark.parametrize(
