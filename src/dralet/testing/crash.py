@@ -358,6 +358,9 @@ class _Run:
                     raise _RunAborted(
                         "driver did not register: " + self.driver.log()[-2000:]
                     ) from None
+        # Recovery ran before the driver registered, and no call has reached it yet:
+        # whatever the crash left must already be repaired, before any kubelet retry.
+        await self.audit_node(empty=False, when="after recovery")
 
     async def reap(self) -> None:
         """The driver is gone: judge how it died and forget the connection."""
@@ -581,24 +584,25 @@ class _Run:
                         f"holders of its devices: {holders}"
                     )
 
-    async def audit_node(self, *, empty: bool) -> None:
+    async def audit_node(self, *, empty: bool, when: str = "settled") -> None:
         assert self.gpus is not None
         assert self.cluster is not None
         snapshot = await audit.take_snapshot(
             self.node_settings, backend=self.gpus, claims=_ApiClaims(self.cluster.api)
         )
         for finding in audit.find_inconsistencies(snapshot):
-            self.violation(f"audit: {finding.kind} {finding.subject}: {finding.message}")
+            self.violation(f"audit {when}: {finding.kind} {finding.subject}: {finding.message}")
         if snapshot.checkpoint is None:
             return
-        prepared = {p.ref.uid for p in self.pods if p.prepared}
+        # Prepared and still wanted: a deleted pod's claim may be half-way out already.
+        prepared = {p.ref.uid for p in self.pods if p.prepared and p.wanted}
         for uid in sorted(prepared):
             record = snapshot.checkpoint.claims.get(uid)
             if record is None or uid not in snapshot.specs:
-                self.violation(f"claim {uid} is prepared for the kubelet but has no record/spec")
+                self.violation(f"{when}: claim {uid} is prepared for the kubelet, no record/spec")
         for uid in sorted(snapshot.specs):
             if uid not in {p.ref.uid for p in self.pods if p.in_cache}:
-                self.violation(f"CDI spec for {uid}, which the kubelet does not know")
+                self.violation(f"{when}: CDI spec for {uid}, which the kubelet does not know")
         if empty:
             leftovers = {
                 "records": sorted(snapshot.checkpoint.claims),
