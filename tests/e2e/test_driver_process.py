@@ -35,14 +35,14 @@ class Stack:
 
 
 @pytest.fixture(params=["1.34", "1.32"])
-async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stack]:
+async def stack(request: pytest.FixtureRequest, short_tmp: Path) -> AsyncIterator[Stack]:
     async with ApiServer(kubernetes_version=request.param) as api:
         cluster = ControlPlane(api)
         cluster.add_node()
-        paths = DriverPaths(tmp_path)
+        paths = DriverPaths(short_tmp)
         driver = DriverProcess(
             driver_args(paths, api_url=api.url, extra=["--no-publish"]),
-            log_path=tmp_path / "driver.log",
+            log_path=short_tmp / "driver.log",
         )
         kubelet = KubeletEmulator(paths.registry_dir, kubelet_version=request.param)
         try:

@@ -272,7 +272,7 @@ def _edits_from(obj: Mapping[str, Any] | None, where: str) -> ContainerEdits:
         return ContainerEdits()
     o = _take(
         obj,
-        ("env", "deviceNodes", "mounts", "hooks", "additionalGids", "intelRdt", "netDevices"),
+        ("env", "deviceNodes", "mounts", "hooks", "additionalGids"),
         where,
     )
     nodes = tuple(

@@ -126,7 +126,6 @@ def _delay(item: str) -> tuple[str, float]:
 @click.option("--gpus", type=int, default=4, show_default=True, help="Simulated GPUs (example).")
 @click.option(
     "--pod-uid",
-    envvar="POD_UID",
     default="",
     help="Per-instance socket names for rolling updates (Kubernetes >= 1.33).",
 )

@@ -58,6 +58,18 @@ def _socket_is_live(path: Path) -> bool:
     return True
 
 
+# sun_path holds 108 bytes including the terminating NUL.
+UNIX_SOCKET_PATH_MAX = 107
+
+
+def _check_socket_path(path: Path) -> None:
+    length = len(os.fsencode(path))
+    if length > UNIX_SOCKET_PATH_MAX:
+        raise errors.PermanentError(
+            f"socket path {path} is {length} bytes; unix sockets allow {UNIX_SOCKET_PATH_MAX}"
+        )
+
+
 def _remove_stale_socket(path: Path) -> None:
     if not path.exists() and not path.is_symlink():
         return
@@ -140,6 +152,7 @@ class Driver:
         )
 
     async def _bind_unix(self, server: grpc.aio.Server, path: Path) -> None:
+        _check_socket_path(path)
         _remove_stale_socket(path)
         old_umask = os.umask(0o177)
         try:
