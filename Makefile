@@ -31,9 +31,16 @@ imports: install
 	$(VENV)/bin/lint-imports
 
 # The committed stubs must be what the pinned generator makes from the .proto files.
-protos-check: install
-	$(PIP) install -q --group codegen
-	scripts/gen-protos
+# The generator gets its own venv: it pins an older protobuf than the runtime uses.
+CODEGEN_VENV ?= .venv-codegen
+$(CODEGEN_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(CODEGEN_VENV)
+	$(CODEGEN_VENV)/bin/pip install -q --upgrade pip
+	$(CODEGEN_VENV)/bin/pip install -q --group codegen
+	touch $@
+
+protos-check: $(CODEGEN_VENV)/.installed
+	PYTHON=$(CODEGEN_VENV)/bin/python scripts/gen-protos
 	git diff --exit-code -- src/dralet/protocol/proto
 
 check: lint typecheck imports protos-check
@@ -42,4 +49,4 @@ bench: install
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(CODEGEN_VENV) .mypy_cache .ruff_cache .pytest_cache
