@@ -62,7 +62,7 @@ def test_json_output_in_status_allocation_shape() -> None:
 def test_unallocated_claim_exits_1_and_explains() -> None:
     code, out, _ = simulate(SLICES, CLASSES, CLAIMS, UNSCHEDULABLE, "--explain")
     assert code == 1
-    assert "team-b/three-a100: unschedulable on none of 2 nodes tried" in out
+    assert "team-b/three-a100: unschedulable (2 nodes tried, none fits)" in out
     assert "gpus: gpu.example.com/node-a/gpu-1: in use: allocated to claim team-a/big-memory" in out
     assert "note: every device visible from this node is in use" in out
     assert all(len(line) <= MAX_COLUMNS for line in out.splitlines())

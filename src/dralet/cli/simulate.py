@@ -153,7 +153,7 @@ def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
     lines: list[str] = []
     for outcome in report.outcomes:
         if outcome.status == "unschedulable":
-            where = f"on none of {outcome.nodes_tried} nodes tried"
+            where = f"({outcome.nodes_tried} nodes tried, none fits)"
         elif outcome.status == "already-allocated":
             where = "before this run"
         else:
