@@ -222,7 +222,10 @@ class Ledger:
             if box[0] is not current:
                 new = replace(box[0], driver=self.settings.driver_name, boot_id=self._boot_id)
                 self.checkpoints.save(new)
-                self._cache = None
+                # Still under the flock: the file on disk is exactly ``new``, so keep it
+                # instead of parsing it again on the next read.
+                st = os.stat(self.checkpoints.path)
+                self._cache = ((st.st_ino, st.st_mtime_ns, st.st_size), new)
                 self.metrics.claims_prepared.set(
                     sum(1 for r in new.claims.values() if r.state == ClaimState.PREPARE_COMPLETED)
                 )
@@ -647,16 +650,21 @@ class Ledger:
         except errors.CheckpointCorruptError as exc:
             return await self._recover_corrupt(exc, report)
         spec_uids = {f.claim_uid for f in self.specs.scan()}
+        revalidated: list[ClaimRecord] = []
         for uid, record in sorted(checkpoint.claims.items()):
             if self._needs_recovery(record, spec_uids):
-                await self._recover_claim(uid, spec_uids=spec_uids, report=report)
+                await self._recover_claim(
+                    uid, spec_uids=spec_uids, report=report, revalidated=revalidated
+                )
+        if revalidated:
+            await self._update(lambda cp: self._stamp_boot_id(cp, revalidated))
         final = self.load()
         for uid in sorted(spec_uids - set(final.claims)):
             async with self._claim_lock(uid):
                 if uid not in self.load().claims and self.specs.remove(uid):
                     report.add("orphan-spec-removed", uid)
         await self._release_orphan_devices(report)
-        if checkpoint.boot_id != self._boot_id and final.claims:
+        if final.boot_id != self._boot_id and final.claims:
             await self._update(lambda cp: replace(cp))  # a new value is saved: stamps the boot ID
         for action, _ in report.actions:
             self.metrics.recovery_actions.labels(action).inc()
@@ -673,8 +681,25 @@ class Ledger:
             return True
         return self._rebooted_since(record) or record.uid not in spec_uids
 
+    def _stamp_boot_id(self, cp: Checkpoint, revalidated: Sequence[ClaimRecord]) -> Checkpoint:
+        """Mark claims revalidated after a reboot, in one write for all of them.
+
+        A record changed since it was revalidated (another instance unprepared it) is
+        left alone; a record still unstamped is simply revalidated again next start.
+        """
+        claims = dict(cp.claims)
+        for record in revalidated:
+            if claims.get(record.uid) == record:
+                claims[record.uid] = replace(record, boot_id=self._boot_id, updated_at=_now())
+        return replace(cp, claims=claims)
+
     async def _recover_claim(
-        self, uid: str, *, spec_uids: set[str], report: RecoveryReport
+        self,
+        uid: str,
+        *,
+        spec_uids: set[str],
+        report: RecoveryReport,
+        revalidated: list[ClaimRecord],
     ) -> None:
         async with self._claim_lock(uid):
             record = self.load().claims.get(uid)
@@ -697,7 +722,7 @@ class Ledger:
                 if all(survives):
                     if record.cdi_spec is not None:
                         self.specs.write(uid, dict(record.cdi_spec))
-                    await self._put(replace(record, boot_id=self._boot_id))
+                    revalidated.append(record)  # stamped in one write after the loop
                     report.add("revalidated-after-reboot", uid)
                 else:
                     await self._teardown(record, reason="device state did not survive a reboot")
