@@ -108,3 +108,16 @@ async def test_a_claim_that_recovers_within_the_grace_period_is_kept(node: Node)
     grace = node.settings.stale_claim_grace
     assert await ledger.collect_stale(now=grace) == []  # the grace period starts again
     assert node.backend.in_use()
+
+
+async def test_a_deleted_claim_no_pod_uses_is_stale(node: Node) -> None:
+    claim = node.claims.add(allocated_claim("c1"))
+    await node.plugin.prepare([kclaim(claim)])
+    node.claims.delete("default", "c1")  # held by our finalizer
+    node.claims.objects[("default", "c1")]["status"]["reservedFor"] = []
+    ledger = node.driver.ledger
+    assert await ledger.collect_stale(now=0.0) == []
+    grace = node.settings.stale_claim_grace
+    assert await ledger.collect_stale(now=grace + 1) == [claim["metadata"]["uid"]]
+    assert ("default", "c1") not in node.claims.objects  # finalizer gone, claim removed
+    assert node.backend.in_use() == {}

@@ -26,20 +26,28 @@ class CheckpointStore:
 
     def load(self) -> Checkpoint:
         """The stored checkpoint; a missing file is an empty one, a corrupt one an error."""
+        raw = self.read_raw()
+        return Checkpoint() if raw is None else self.decode(raw)
+
+    def read_raw(self) -> bytes | None:
+        """The stored bytes, or None when there is no file."""
         try:
-            raw = self.path.read_bytes()
+            return self.path.read_bytes()
         except FileNotFoundError:
-            return Checkpoint()
+            return None
+
+    def decode(self, raw: bytes) -> Checkpoint:
         try:
             checkpoint, _ = codec.decode(raw)
         except codec.CodecError as exc:
             raise errors.CheckpointCorruptError(str(self.path), str(exc)) from exc
         return checkpoint
 
-    def save(self, checkpoint: Checkpoint) -> None:
-        fsutil.atomic_write(
-            self.path, codec.encode(checkpoint), mode=0o600, failpoint=FAILPOINT_WRITE
-        )
+    def save(self, checkpoint: Checkpoint) -> bytes:
+        """Write ``checkpoint`` atomically; returns the exact bytes stored."""
+        raw = codec.encode(checkpoint)
+        fsutil.atomic_write(self.path, raw, mode=0o600, failpoint=FAILPOINT_WRITE)
+        return raw
 
     def keep_aside(self) -> Path | None:
         """Copy an unusable file aside for forensics; returns the copy's path.

@@ -24,14 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dralet import errors, failpoints, fsutil
+from dralet import errors, failpoints, fsutil, logs
 from dralet.cdi import spec as cdi_spec
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint import store as checkpoint_store
@@ -180,7 +179,7 @@ class Ledger:
         self._lock_dir_ready = False
         self._checkpoint_lock = asyncio.Lock()
         self._checkpoint_flock = fsutil.FileLock(settings.plugin_dir / "checkpoint.lock")
-        self._cache: tuple[tuple[int, int, int], Checkpoint] | None = None
+        self._cache: tuple[bytes, Checkpoint] | None = None
         self._stale_since: dict[str, float] = {}
         self._boot_id = self._read_boot_id()
         self.work = TaskSet("ledger")
@@ -195,17 +194,20 @@ class Ledger:
             return ""
 
     def load(self) -> Checkpoint:
-        """The checkpoint as stored now (parsed again only when the file changed)."""
-        try:
-            st = os.stat(self.checkpoints.path)
-        except FileNotFoundError:
+        """The checkpoint as stored now.
+
+        The file is read every time (another driver instance may have written it); it is
+        parsed again only when its bytes differ from the last ones parsed. Comparing the
+        bytes, not inode/mtime/size, cannot be fooled by a reused inode within one tick.
+        """
+        raw = self.checkpoints.read_raw()
+        if raw is None:
             self._cache = None
             return Checkpoint(driver=self.settings.driver_name, boot_id=self._boot_id)
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if self._cache is not None and self._cache[0] == key:
+        if self._cache is not None and self._cache[0] == raw:
             return self._cache[1]
-        checkpoint = self.checkpoints.load()
-        self._cache = (key, checkpoint)
+        checkpoint = self.checkpoints.decode(raw)
+        self._cache = (raw, checkpoint)
         return checkpoint
 
     @contextlib.asynccontextmanager
@@ -221,11 +223,10 @@ class Ledger:
             yield box
             if box[0] is not current:
                 new = replace(box[0], driver=self.settings.driver_name, boot_id=self._boot_id)
-                self.checkpoints.save(new)
-                # Still under the flock: the file on disk is exactly ``new``, so keep it
-                # instead of parsing it again on the next read.
-                st = os.stat(self.checkpoints.path)
-                self._cache = ((st.st_ino, st.st_mtime_ns, st.st_size), new)
+                raw = self.checkpoints.save(new)
+                # The file now holds exactly these bytes: keep the value instead of
+                # parsing it again on the next read.
+                self._cache = (raw, new)
                 self.metrics.claims_prepared.set(
                     sum(1 for r in new.claims.values() if r.state == ClaimState.PREPARE_COMPLETED)
                 )
@@ -314,8 +315,11 @@ class Ledger:
         started = time.perf_counter()
         result = "error"
         try:
-            async with self._parallel:
-                outcome: PrepareOutcome = await body()
+            # Every log line of this claim's work carries the claim (the RPC's request id
+            # is already bound: tasks inherit the caller's context).
+            with logs.bind(claim_uid=ref.uid, claim=f"{ref.namespace}/{ref.name}"):
+                async with self._parallel:
+                    outcome: PrepareOutcome = await body()
             result = "success"
             return outcome
         except asyncio.CancelledError:
@@ -835,6 +839,8 @@ class Ledger:
         status = claim.get("status") or {}
         if not status.get("allocation"):
             return "ResourceClaim is no longer allocated"
+        if claim.get("metadata", {}).get("deletionTimestamp") and not status.get("reservedFor"):
+            return "ResourceClaim is being deleted and no pod uses it any more"
         try:
             claim_checks.select_allocation(
                 claim,
