@@ -17,8 +17,10 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/dralet demo
 
+# pytest exits 5 when it collected nothing: a broken suite, never a green one.
 test: install
-	$(PY) -m pytest
+	@$(PY) -m pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; fi; exit $$rc
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks
