@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from dralet.testing.apiserver import ApiServer
+from tests.kubeobjects import claim
 
-from .objects import claim
 from .test_semantics import slice_
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"

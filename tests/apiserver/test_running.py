@@ -10,8 +10,7 @@ from pathlib import Path
 
 from dralet import kube
 from dralet.testing.apiserver import ApiServerThread
-
-from .objects import claim, node
+from tests.kubeobjects import claim, node
 
 STARTUP_TIMEOUT = 30.0
 

@@ -13,8 +13,7 @@ from dralet import kube
 from dralet.kube import resources, watching
 from dralet.metrics import DriverMetrics
 from dralet.testing.apiserver import ApiServer, schema_errors
-
-from .objects import allocation, claim, node
+from tests.kubeobjects import allocation, claim, node
 
 
 def slice_(

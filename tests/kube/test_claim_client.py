@@ -15,8 +15,7 @@ from dralet.kube import resources
 from dralet.metrics import DriverMetrics
 from dralet.node import claims
 from dralet.testing.apiserver import ApiServer
-
-from .objects import allocation, claim
+from tests.kubeobjects import allocation, claim
 
 FINALIZER = claims.finalizer_name("gpu.example.com")
 

@@ -22,8 +22,7 @@ from dralet.node.backend import (
 )
 from dralet.node.publisher import PublisherSettings, SlicePublisher, build_pool
 from dralet.testing.apiserver import ApiServer, schema_errors
-
-from .objects import node
+from tests.kubeobjects import node
 
 DRIVER = "gpu.example.com"
 NODE = "node-a"
