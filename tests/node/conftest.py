@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,10 +44,11 @@ def make_settings(root: Path, **overrides: object) -> DriverSettings:
     return DriverSettings(**values)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Node]:
-    settings = make_settings(tmp_path)
-    backend = SimulatedGPUs(state_dir=tmp_path / "gpus", node_name=NODE, count=4)
+@contextlib.asynccontextmanager
+async def running_node(root: Path, *, gpus: int = 4, **overrides: object) -> AsyncIterator[Node]:
+    """A driver started in this event loop on ``root``, registered with a kubelet emulator."""
+    settings = make_settings(root, **overrides)
+    backend = SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=gpus)
     claims = MemoryClaims()
     driver = Driver(settings, backend, claims=claims)
     await driver.start()
@@ -57,3 +59,9 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     finally:
         await kubelet.close()
         await driver.stop()
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    async with running_node(tmp_path) as started:
+        yield started

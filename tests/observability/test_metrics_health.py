@@ -12,29 +12,18 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dralet.drivers.example import SimulatedGPUs
-from dralet.node.runner import Driver
 from dralet.protocol.proto import drahealth_v1alpha1_pb2
-from dralet.testing.kubelet import KubeletEmulator
-from tests.claimfakes import DRIVER, NODE, MemoryClaims, allocated_claim
-from tests.node.conftest import Node, make_settings
+from tests.claimfakes import NODE, allocated_claim
+from tests.node.conftest import Node, running_node
 from tests.node.test_prepare import kclaim
 
 
 @pytest.fixture
 async def observed(tmp_path: Path) -> AsyncIterator[Node]:
-    settings = make_settings(tmp_path, metrics_port=0, health_port=0, metrics_host="127.0.0.1")
-    backend = SimulatedGPUs(state_dir=tmp_path / "gpus", node_name=NODE, count=2)
-    claims = MemoryClaims()
-    driver = Driver(settings, backend, claims=claims)
-    await driver.start()
-    kubelet = KubeletEmulator(settings.registry_dir)
-    try:
-        plugin = await kubelet.wait_for_plugin(DRIVER, within=10)
-        yield Node(settings, backend, claims, driver, kubelet, plugin)
-    finally:
-        await kubelet.close()
-        await driver.stop()
+    async with running_node(
+        tmp_path, gpus=2, metrics_port=0, health_port=0, metrics_host="127.0.0.1"
+    ) as started:
+        yield started
 
 
 def sample(exposition: str, name: str, **labels: str) -> float:
