@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -10,28 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from dralet.drivers.example import SimulatedGPUs
-from dralet.node.runner import Driver
-from dralet.testing.kubelet import KubeletClaim, KubeletEmulator
-from tests.claimfakes import DRIVER, NODE, MemoryClaims, allocated_claim
-from tests.node.conftest import Node, make_settings
+from dralet.testing.kubelet import KubeletClaim
+from tests.claimfakes import allocated_claim
+from tests.node.conftest import Node, running_node
 
-
-@contextlib.asynccontextmanager
-async def running_node(root: Path, claims: MemoryClaims | None = None) -> AsyncIterator[Node]:
-    os.makedirs(root, exist_ok=True)
-    settings = make_settings(root)
-    backend = SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=4)
-    claims = claims if claims is not None else MemoryClaims()
-    driver = Driver(settings, backend, claims=claims)
-    await driver.start()
-    kubelet = KubeletEmulator(settings.registry_dir)
-    try:
-        plugin = await kubelet.wait_for_plugin(DRIVER, within=10)
-        yield Node(settings, backend, claims, driver, kubelet, plugin)
-    finally:
-        await kubelet.close()
-        await driver.stop()
+__all__ = ["running_node"]  # re-exported for the hostile tests
 
 
 @pytest.fixture

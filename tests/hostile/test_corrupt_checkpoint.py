@@ -61,14 +61,14 @@ def _metric(exposition: bytes, name: str) -> float:
 async def test_driver_fails_closed_on_a_damaged_checkpoint(short_root: Path, damage: str) -> None:
     root = short_root / "node"
     claims = MemoryClaims()
-    async with running_node(root, claims) as first:
+    async with running_node(root, claims=claims) as first:
         prepared = add_claim(first, "prepared", "gpu-1")
         assert (await first.plugin.prepare([prepared])).kubelet_error == ""
     checkpoint = first.settings.checkpoint_path
     bad = DAMAGE[damage](checkpoint.read_bytes())
     checkpoint.write_bytes(bad)
 
-    async with running_node(root, claims) as node:
+    async with running_node(root, claims=claims) as node:
         assert node.driver.ledger.fail_closed
         health = health_pb2_grpc.HealthStub(node.plugin.channel())
         answer = await health.Check(health_pb2.HealthCheckRequest(service=""))

@@ -39,17 +39,20 @@ def make_settings(root: Path, **overrides: object) -> DriverSettings:
         "shutdown_grace": 2.0,
     }
     values.update(overrides)
+    root.mkdir(parents=True, exist_ok=True)
     if not (root / "boot_id").exists():
         (root / "boot_id").write_text("boot-1\n")
     return DriverSettings(**values)  # type: ignore[arg-type]
 
 
 @contextlib.asynccontextmanager
-async def running_node(root: Path, *, gpus: int = 4, **overrides: object) -> AsyncIterator[Node]:
+async def running_node(
+    root: Path, *, gpus: int = 4, claims: MemoryClaims | None = None, **overrides: object
+) -> AsyncIterator[Node]:
     """A driver started in this event loop on ``root``, registered with a kubelet emulator."""
     settings = make_settings(root, **overrides)
     backend = SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=gpus)
-    claims = MemoryClaims()
+    claims = claims if claims is not None else MemoryClaims()
     driver = Driver(settings, backend, claims=claims)
     await driver.start()
     kubelet = KubeletEmulator(settings.registry_dir)
