@@ -71,10 +71,15 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
     backend = _backend(options, settings)
     async with _api(options, metrics) as client:
         claims = None
+        events = None
         background: dict[str, BackgroundWork] = {}
         if client is not None:
             kube_claims = importlib.import_module("dralet.kube.claims")
             claims = kube_claims.ClaimClient(client)
+            kube_events = importlib.import_module("dralet.kube.events")
+            events = kube_events.NodeEvents(
+                client, driver=settings.driver_name, node_name=settings.node_name
+            )
             if options.publish:
                 publisher_module = importlib.import_module("dralet.node.publisher")
                 publisher = publisher_module.SlicePublisher(
@@ -86,7 +91,9 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
                     metrics=metrics,
                 )
                 background["resourceslices"] = publisher.run
-        driver = Driver(settings, backend, claims=claims, metrics=metrics, background=background)
+        driver = Driver(
+            settings, backend, claims=claims, metrics=metrics, background=background, events=events
+        )
         await driver.run()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "EVENTS",
     "NODES",
     "RESOURCE_GROUP",
     "RESOURCE_VERSIONS",
@@ -64,6 +65,9 @@ class Resource:
 
 NODES = Resource(group="", version="v1", plural="nodes", kind="Node", namespaced=False)
 """Core v1 Nodes, the owners of a node's ResourceSlices."""
+
+EVENTS = Resource(group="", version="v1", plural="events", kind="Event", namespaced=True)
+"""Core v1 Events, how the driver tells operators about a problem on its node."""
 
 
 def resource_claims(version: str) -> Resource:

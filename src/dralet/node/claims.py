@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from dralet import errors
 from dralet.node.backend import AllocatedDevice, ClaimRef
 
-__all__ = ["ClaimSource", "finalizer_name", "select_allocation"]
+__all__ = ["ClaimSource", "EventSink", "finalizer_name", "select_allocation"]
 
 
 class ClaimSource(Protocol):
@@ -28,6 +28,12 @@ class ClaimSource(Protocol):
 
     async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
         """Remove ``finalizer``; True also when the claim (with this UID) is already gone."""
+        ...
+
+
+class EventSink(Protocol):
+    async def warn(self, reason: str, message: str) -> None:
+        """Record a Warning Event about this node (``dralet.kube.events.NodeEvents``)."""
         ...
 
 

@@ -28,7 +28,7 @@ from dralet import errors, fsutil
 from dralet.metrics import DriverMetrics
 from dralet.node import service
 from dralet.node.backend import DeviceBackend
-from dralet.node.claims import ClaimSource
+from dralet.node.claims import ClaimSource, EventSink
 from dralet.node.ledger import Ledger, RecoveryReport
 from dralet.node.settings import DriverSettings
 from dralet.node.tasks import TaskSet
@@ -93,6 +93,7 @@ class Driver:
         claims: ClaimSource | None = None,
         metrics: DriverMetrics | None = None,
         background: Mapping[str, BackgroundWork] | None = None,
+        events: EventSink | None = None,
     ) -> None:
         self.settings = settings
         self.backend = backend
@@ -106,6 +107,7 @@ class Driver:
         self.health = HealthServicer()
         self.recovery: RecoveryReport | None = None
         self._background = dict(background or {})
+        self.events = events
         self._tasks = TaskSet("driver")
         self._dra_server: grpc.aio.Server | None = None
         self._registration_server: grpc.aio.Server | None = None
@@ -125,6 +127,8 @@ class Driver:
         self.recovery = await self.ledger.recover()
         for action, subject in self.recovery.actions:
             log.warning("recovery: %s %s", action, subject)
+        if self.ledger.fail_closed:
+            await self._report("CheckpointCorrupt", self.ledger.fail_closed)
         await self._start_dra_server()
         await self._start_registration_server()
         if s.health_port is not None:
@@ -204,6 +208,17 @@ class Driver:
         self._metrics_runner = runner
         host, bound_port = runner.addresses[0][:2]
         self.metrics_url = f"http://{host}:{bound_port}/metrics"
+
+    async def _report(self, reason: str, message: str) -> None:
+        """Tell operators through a Kubernetes Event; never fails the driver."""
+        if self.events is None:
+            return
+        try:
+            await self.events.warn(reason, message)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("could not record the %s Event", reason)
 
     async def _collect_stale_forever(self) -> None:
         while True:

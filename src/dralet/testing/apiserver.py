@@ -199,6 +199,24 @@ _KINDS = (
         status_subresource=True,
         field_labels=frozenset({"metadata.name", "spec.unschedulable"}),
     ),
+    _Kind(
+        "Event",
+        "events",
+        "event",
+        "",
+        namespaced=True,
+        short_names=("ev",),
+        field_labels=frozenset(
+            {
+                "metadata.name",
+                "metadata.namespace",
+                "involvedObject.kind",
+                "involvedObject.name",
+                "reason",
+                "type",
+            }
+        ),
+    ),
 )
 _BY_PLURAL = {k.plural: k for k in _KINDS}
 _BY_KIND = {k.kind: k for k in _KINDS}
