@@ -187,8 +187,9 @@ def test_least_privilege_rbac(render: Render, target: str) -> None:
         ("resource.k8s.io", "resourceslices"): sorted(
             ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
         ),
-        ("resource.k8s.io", "resourceclaims"): ["get", "patch", "update"],
+        ("resource.k8s.io", "resourceclaims"): ["get", "patch"],
         ("", "nodes"): ["get"],
+        ("", "events"): ["create"],
     }
     daemonset = only(documents, "DaemonSet")
     binding = only(documents, "ClusterRoleBinding")
