@@ -149,46 +149,26 @@ class _DRAImplementation:
             return _fill_unprepare_response(self.pb2, outcomes)
 
 
-class DRAv1Servicer(dra_v1_pb2_grpc.DRAPluginServicer):
+class _DRAServicerMethods:
+    """The two RPCs, shared by both versions' servicer classes."""
+
+    _impl: _DRAImplementation
+
+    async def NodePrepareResources(self, request: Any, context: Any) -> Any:
+        return await self._impl.prepare(request, context)
+
+    async def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
+        return await self._impl.unprepare(request, context)
+
+
+class DRAv1Servicer(_DRAServicerMethods, dra_v1_pb2_grpc.DRAPluginServicer):
     def __init__(self, ledger: Ledger) -> None:
         self._impl = _DRAImplementation(ledger, pb2=dra_v1_pb2, with_share_id=True)
 
-    async def NodePrepareResources(
-        self, request: dra_v1_pb2.NodePrepareResourcesRequest, context: Any
-    ) -> dra_v1_pb2.NodePrepareResourcesResponse:
-        response: dra_v1_pb2.NodePrepareResourcesResponse = await self._impl.prepare(
-            request, context
-        )
-        return response
 
-    async def NodeUnprepareResources(
-        self, request: dra_v1_pb2.NodeUnprepareResourcesRequest, context: Any
-    ) -> dra_v1_pb2.NodeUnprepareResourcesResponse:
-        response: dra_v1_pb2.NodeUnprepareResourcesResponse = await self._impl.unprepare(
-            request, context
-        )
-        return response
-
-
-class DRAv1beta1Servicer(dra_v1beta1_pb2_grpc.DRAPluginServicer):
+class DRAv1beta1Servicer(_DRAServicerMethods, dra_v1beta1_pb2_grpc.DRAPluginServicer):
     def __init__(self, ledger: Ledger) -> None:
         self._impl = _DRAImplementation(ledger, pb2=dra_v1beta1_pb2, with_share_id=False)
-
-    async def NodePrepareResources(
-        self, request: dra_v1beta1_pb2.NodePrepareResourcesRequest, context: Any
-    ) -> dra_v1beta1_pb2.NodePrepareResourcesResponse:
-        response: dra_v1beta1_pb2.NodePrepareResourcesResponse = await self._impl.prepare(
-            request, context
-        )
-        return response
-
-    async def NodeUnprepareResources(
-        self, request: dra_v1beta1_pb2.NodeUnprepareResourcesRequest, context: Any
-    ) -> dra_v1beta1_pb2.NodeUnprepareResourcesResponse:
-        response: dra_v1beta1_pb2.NodeUnprepareResourcesResponse = await self._impl.unprepare(
-            request, context
-        )
-        return response
 
 
 _HEALTH_CODES = {

@@ -1312,45 +1312,36 @@ class ApiServer:
             patch = json.loads(raw)
         except ValueError as error:
             raise ApiStatusError(400, "BadRequest", f"the patch is not JSON: {error}") from error
+        change: Callable[[Any], Any]
         if content_type == "application/json-patch+json":
             if not isinstance(patch, list):
                 raise ApiStatusError(400, "BadRequest", "a JSON patch must be a list")
-            return _json_response(
-                self._patch(
-                    kind,
-                    version,
-                    namespace,
-                    name,
-                    subresource,
-                    lambda current: json_patch(current, patch),
-                    verb="patch",
-                    manager=manager,
-                    dry_run=dry_run,
-                )
-            )
-        if content_type in (
+            change = lambda current: json_patch(current, patch)  # noqa: E731
+        elif content_type in (
             "application/merge-patch+json",
             "application/strategic-merge-patch+json",
         ):
             if not isinstance(patch, dict):
                 raise ApiStatusError(400, "BadRequest", "a merge patch must be an object")
-            return _json_response(
-                self._patch(
-                    kind,
-                    version,
-                    namespace,
-                    name,
-                    subresource,
-                    lambda current: merge_patch(current, patch),
-                    verb="patch",
-                    manager=manager,
-                    dry_run=dry_run,
-                )
+            change = lambda current: merge_patch(current, patch)  # noqa: E731
+        else:
+            raise ApiStatusError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format: {content_type}",
             )
-        raise ApiStatusError(
-            415,
-            "UnsupportedMediaType",
-            f"the body of the request was in an unknown format: {content_type}",
+        return _json_response(
+            self._patch(
+                kind,
+                version,
+                namespace,
+                name,
+                subresource,
+                change,
+                verb="patch",
+                manager=manager,
+                dry_run=dry_run,
+            )
         )
 
     async def _watch(
