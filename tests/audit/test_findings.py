@@ -280,3 +280,17 @@ async def test_without_backend_and_api_only_node_files_are_audited(node: Audited
     assert result.findings == ()
     assert result.snapshot.in_use is None and result.snapshot.claims is None
     assert sorted(await node.kinds()) == ["orphan-device", "prepared-without-finalizer"]
+
+
+async def test_claim_deleted_with_no_pod_left_is_unprepared(node: AuditedNode) -> None:
+    ref = await node.prepare("train", "gpu-0")
+    node.api.patch(
+        "ResourceClaim", ref.name, {"status": {"reservedFor": None}},
+        namespace=ref.namespace, subresource="status",
+    )  # fmt: skip
+    assert await node.kinds() == []  # unreserved but not deleted: still the kubelet's call
+    node.cluster.delete_claim(ref)  # held by the driver's finalizer
+    assert await node.kinds() == ["claim-deleted-unused"]
+    await _fixed(node)
+    assert node.backend.in_use() == {}
+    assert node.cluster.claim(ref) is None  # finalizer removed, so the deletion completed

@@ -9,7 +9,7 @@ crash suite's invariant checks.
 Finding kinds: ``corrupt-checkpoint``, ``orphan-spec``, ``invalid-spec``, ``missing-spec``,
 ``half-prepared``, ``half-unprepared``, ``finalizer-pending``, ``device-held-twice``,
 ``orphan-device``, ``device-not-held`` (with the backend), ``claim-gone``,
-``claim-replaced``, ``claim-moved``, ``prepared-without-finalizer`` and
+``claim-replaced``, ``claim-moved``, ``claim-deleted-unused``, ``prepared-without-finalizer`` and
 ``finalizer-without-claim`` (with the API). A finding whose ``repair`` is empty needs a
 person: ``repair`` does nothing about it.
 """
@@ -43,6 +43,10 @@ __all__ = [
 
 
 REWRITE_SPEC = "rewrite the spec from the checkpoint"
+STALE_CLAIM_KINDS = frozenset(
+    {"claim-gone", "claim-replaced", "claim-moved", "claim-deleted-unused"}
+)
+"""Findings that stale-claim cleanup (``Ledger.collect_stale``) repairs."""
 """The repair of a prepared claim's missing or invalid spec."""
 
 
@@ -306,44 +310,16 @@ def _api_findings(snapshot: NodeSnapshot, records: Mapping[str, Any]) -> list[Fi
     for uid, record in sorted(records.items()):
         claim = by_name.get((record.namespace, record.name))
         where = f"{record.namespace}/{record.name}"
-        if claim is None:
-            found.append(
-                Finding(
-                    "claim-gone",
-                    uid,
-                    f"ResourceClaim {where} no longer exists",
-                    "unprepare the claim",
-                )
-            )
+        stale = claim_checks.staleness(
+            claim,
+            ClaimRef(ClaimUID(uid), record.namespace, record.name),
+            driver=snapshot.driver,
+            pool=snapshot.pool,
+        )
+        if stale is not None:
+            found.append(Finding(f"claim-{stale.kind}", uid, stale.message, "unprepare the claim"))
             continue
-        if claim.get("metadata", {}).get("uid") != uid:
-            found.append(
-                Finding(
-                    "claim-replaced",
-                    uid,
-                    f"ResourceClaim {where} now has UID {claim['metadata'].get('uid')}",
-                    "unprepare the claim",
-                )
-            )
-            continue
-        try:
-            claim_checks.select_allocation(
-                claim,
-                ClaimRef(ClaimUID(uid), record.namespace, record.name),
-                driver=snapshot.driver,
-                pool=snapshot.pool,
-                require_reserved=False,
-            )
-        except errors.ClaimError:
-            found.append(
-                Finding(
-                    "claim-moved",
-                    uid,
-                    f"ResourceClaim {where} is no longer allocated to this node",
-                    "unprepare the claim",
-                )
-            )
-            continue
+        assert claim is not None
         has_finalizer = finalizer in (claim.get("metadata", {}).get("finalizers") or [])
         if record.state == ClaimState.PREPARE_COMPLETED and not has_finalizer:
             found.append(
@@ -386,7 +362,7 @@ async def repair(ledger: Ledger, findings: Sequence[Finding]) -> RecoveryReport:
             ledger.specs.remove(f.subject)
     report = await ledger.recover()
     kinds = {f.kind for f in findings}
-    if kinds & {"claim-gone", "claim-replaced", "claim-moved"}:
+    if kinds & STALE_CLAIM_KINDS:
         for uid in await ledger.collect_stale(force=True):
             report.add("stale-claim-unprepared", uid)
     for f in findings:

@@ -9,12 +9,20 @@ the one the kubelet meant and is allocated to this driver on this node.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dralet import errors
 from dralet.node.backend import AllocatedDevice, ClaimRef
 
-__all__ = ["ClaimSource", "EventSink", "finalizer_name", "select_allocation"]
+__all__ = [
+    "ClaimSource",
+    "EventSink",
+    "Staleness",
+    "finalizer_name",
+    "select_allocation",
+    "staleness",
+]
 
 
 class ClaimSource(Protocol):
@@ -108,3 +116,36 @@ def select_allocation(
             ref.uid, f"{where} has no device allocated from driver {driver} in pool {pool}"
         )
     return mine
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """Why a prepared claim no longer belongs on this node."""
+
+    kind: str
+    """``gone``, ``replaced``, ``moved`` or ``deleted-unused``."""
+    message: str
+
+
+def staleness(
+    claim: Mapping[str, Any] | None, ref: ClaimRef, *, driver: str, pool: str
+) -> Staleness | None:
+    """Whether the API's view of a claim prepared here makes it stale (None: it is not).
+
+    The one rule behind stale-claim cleanup and ``dralet audit``: the claim is gone,
+    replaced under its name (another UID), no longer allocated to this driver's pool, or
+    being deleted with no pod left using it.
+    """
+    where = f"ResourceClaim {ref.namespace}/{ref.name}"
+    if claim is None:
+        return Staleness("gone", f"{where} no longer exists")
+    metadata = claim.get("metadata", {})
+    if metadata.get("uid") != ref.uid:
+        return Staleness("replaced", f"{where} now has UID {metadata.get('uid')}")
+    try:
+        select_allocation(claim, ref, driver=driver, pool=pool, require_reserved=False)
+    except errors.ClaimError:
+        return Staleness("moved", f"{where} is no longer allocated to this node")
+    if metadata.get("deletionTimestamp") and not (claim.get("status") or {}).get("reservedFor"):
+        return Staleness("deleted-unused", f"{where} is being deleted and no pod uses it any more")
+    return None

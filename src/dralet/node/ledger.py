@@ -831,27 +831,13 @@ class Ledger:
     async def _stale_reason(self, record: ClaimRecord) -> str | None:
         assert self.claims is not None
         claim = await self.claims.get_claim(record.namespace, record.name)
-        if claim is None:
-            return "ResourceClaim no longer exists"
-        if claim.get("metadata", {}).get("uid") != record.uid:
-            return "ResourceClaim was replaced (new UID)"
-        ref = ClaimRef(ClaimUID(record.uid), record.namespace, record.name)
-        status = claim.get("status") or {}
-        if not status.get("allocation"):
-            return "ResourceClaim is no longer allocated"
-        if claim.get("metadata", {}).get("deletionTimestamp") and not status.get("reservedFor"):
-            return "ResourceClaim is being deleted and no pod uses it any more"
-        try:
-            claim_checks.select_allocation(
-                claim,
-                ref,
-                driver=self.settings.driver_name,
-                pool=self.settings.pool_name,
-                require_reserved=False,
-            )
-        except errors.ClaimError:
-            return "ResourceClaim is no longer allocated to this node"
-        return None
+        found = claim_checks.staleness(
+            claim,
+            ClaimRef(ClaimUID(record.uid), record.namespace, record.name),
+            driver=self.settings.driver_name,
+            pool=self.settings.pool_name,
+        )
+        return found.message if found else None
 
     def known_claims(self) -> Mapping[str, ClaimRecord]:
         return self.load().claims
