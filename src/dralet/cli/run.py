@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,25 +32,6 @@ class RunOptions:
     prepare_delay: tuple[tuple[str, float], ...] = ()
 
 
-@contextlib.asynccontextmanager
-async def _api(options: RunOptions, metrics: DriverMetrics) -> AsyncIterator[object | None]:
-    if options.api_url is None and options.kubeconfig is None and not options.in_cluster:
-        yield None
-        return
-    from dralet.kube import client as kube_client  # heavy: loaded only when an API is used
-
-    client = await kube_client.connect(
-        url=options.api_url,
-        kubeconfig=options.kubeconfig,
-        in_cluster=options.in_cluster or None,
-        metrics=metrics,
-    )
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
 def _backend(options: RunOptions, settings: DriverSettings) -> example.SimulatedGPUs:
     if options.driver != "example":
         raise click.BadParameter(f"unknown driver {options.driver!r} (available: example)")
@@ -69,30 +47,39 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
     """Run the driver until SIGTERM."""
     metrics = DriverMetrics()
     backend = _backend(options, settings)
-    async with _api(options, metrics) as client:
-        claims = None
-        events = None
+    if options.api_url is None and options.kubeconfig is None and not options.in_cluster:
+        await Driver(settings, backend, metrics=metrics).run()
+        return
+    # The Kubernetes client is heavy: loaded only when an API is used.
+    from dralet.kube.claims import ClaimClient
+    from dralet.kube.client import connect
+    from dralet.kube.events import NodeEvents
+    from dralet.node.publisher import SlicePublisher
+
+    async with await connect(
+        url=options.api_url,
+        kubeconfig=options.kubeconfig,
+        in_cluster=options.in_cluster or None,
+        metrics=metrics,
+    ) as client:
         background: dict[str, BackgroundWork] = {}
-        if client is not None:
-            kube_claims = importlib.import_module("dralet.kube.claims")
-            claims = kube_claims.ClaimClient(client)
-            kube_events = importlib.import_module("dralet.kube.events")
-            events = kube_events.NodeEvents(
-                client, driver=settings.driver_name, node_name=settings.node_name
+        if options.publish:
+            publisher = SlicePublisher(
+                client,
+                backend,
+                driver=settings.driver_name,
+                node_name=settings.node_name,
+                pool=settings.pool_name,
+                metrics=metrics,
             )
-            if options.publish:
-                publisher_module = importlib.import_module("dralet.node.publisher")
-                publisher = publisher_module.SlicePublisher(
-                    client,
-                    backend,
-                    driver=settings.driver_name,
-                    node_name=settings.node_name,
-                    pool=settings.pool_name,
-                    metrics=metrics,
-                )
-                background["resourceslices"] = publisher.run
+            background["resourceslices"] = publisher.run
         driver = Driver(
-            settings, backend, claims=claims, metrics=metrics, background=background, events=events
+            settings,
+            backend,
+            claims=ClaimClient(client),
+            metrics=metrics,
+            background=background,
+            events=NodeEvents(client, driver=settings.driver_name, node_name=settings.node_name),
         )
         await driver.run()
 
