@@ -5,16 +5,56 @@ allocated and reserved as the scheduler would leave them for the kubelet.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dralet.testing.apiserver import ApiServer
 from dralet.testing.kubelet import KubeletClaim
 
-__all__ = ["ControlPlane"]
+__all__ = ["ControlPlane", "allocated_status", "claim_manifest", "claim_request"]
 
 RESOURCE_GROUP = "resource.k8s.io"
+
+
+def claim_request(name: str, *, version: str, device_class: str) -> dict[str, Any]:
+    """One device request of exactly one device, in ``version``'s shape."""
+    exactly = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1}
+    if version == "v1beta1":
+        return {"name": name, **exactly}
+    return {"name": name, "exactly": exactly}
+
+
+def claim_manifest(
+    name: str, *, namespace: str, version: str, requests: Sequence[str], device_class: str
+) -> dict[str, Any]:
+    """A ResourceClaim asking for one device per request."""
+    return {
+        "apiVersion": f"{RESOURCE_GROUP}/{version}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    claim_request(r, version=version, device_class=device_class) for r in requests
+                ]
+            }
+        },
+    }
+
+
+def allocated_status(
+    results: Sequence[Mapping[str, Any]], *, node_name: str, pod_name: str
+) -> dict[str, Any]:
+    """The claim status the scheduler leaves: ``results`` on ``node_name``, reserved for a pod."""
+    node_term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+    return {
+        "allocation": {
+            "devices": {"results": [dict(r) for r in results]},
+            "nodeSelector": {"nodeSelectorTerms": [node_term]},
+        },
+        "reservedFor": [{"resource": "pods", "name": pod_name, "uid": str(uuid.uuid4())}],
+    }
 
 
 @dataclass
@@ -54,23 +94,6 @@ class ControlPlane:
             }
         )
 
-    def _request(self, name: str) -> dict[str, Any]:
-        if self.version == "v1beta1":
-            return {
-                "name": name,
-                "deviceClassName": self.device_class,
-                "allocationMode": "ExactCount",
-                "count": 1,
-            }
-        return {
-            "name": name,
-            "exactly": {
-                "deviceClassName": self.device_class,
-                "allocationMode": "ExactCount",
-                "count": 1,
-            },
-        }
-
     def allocate_claim(
         self,
         name: str,
@@ -85,12 +108,13 @@ class ControlPlane:
         devices and reserved for a pod; returns what the kubelet would send for it."""
         requests = sorted({request for request, _ in devices})
         claim = self.api.create(
-            {
-                "apiVersion": self.api_version,
-                "kind": "ResourceClaim",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"devices": {"requests": [self._request(r) for r in requests]}},
-            }
+            claim_manifest(
+                name,
+                namespace=namespace,
+                version=self.version,
+                requests=requests,
+                device_class=self.device_class,
+            )
         )
         results = []
         for request, device in devices:
@@ -106,29 +130,7 @@ class ControlPlane:
         self.api.patch(
             "ResourceClaim",
             name,
-            {
-                "status": {
-                    "allocation": {
-                        "devices": {"results": results},
-                        "nodeSelector": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchFields": [
-                                        {
-                                            "key": "metadata.name",
-                                            "operator": "In",
-                                            "values": [self.node_name],
-                                        }
-                                    ]
-                                }
-                            ]
-                        },
-                    },
-                    "reservedFor": [
-                        {"resource": "pods", "name": f"{name}-pod", "uid": str(uuid.uuid4())}
-                    ],
-                }
-            },
+            {"status": allocated_status(results, node_name=self.node_name, pod_name=f"{name}-pod")},
             namespace=namespace,
             subresource="status",
         )

@@ -34,6 +34,7 @@ from dralet.cdi import spec as cdi_spec
 from dralet.kube import resources, versions
 from dralet.kube.client import KubeClient
 from dralet.protocol.proto import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
+from dralet.testing import cluster
 from dralet.testing import kubelet as emulator
 
 __all__ = [
@@ -213,12 +214,6 @@ class ApiClaimFactory:
             self._version = await versions.negotiate_resource_version(self.client)
         return resources.resource_claims(self._version)
 
-    def _request(self, name: str) -> dict[str, Any]:
-        exactly = {"deviceClassName": self.device_class, "allocationMode": "ExactCount", "count": 1}
-        if self._version == "v1beta1":
-            return {"name": name, **exactly}
-        return {"name": name, "exactly": exactly}
-
     async def create(
         self, name: str, *, devices: Sequence[str], driver: str
     ) -> emulator.KubeletClaim:
@@ -226,38 +221,22 @@ class ApiClaimFactory:
         requests = [f"r{i}" for i in range(len(devices))]
         created = await self.client.create(
             resource,
-            {
-                "apiVersion": resource.api_version,
-                "kind": resource.kind,
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": {"devices": {"requests": [self._request(r) for r in requests]}},
-            },
+            cluster.claim_manifest(
+                name,
+                namespace=self.namespace,
+                version=self._version,
+                requests=requests,
+                device_class=self.device_class,
+            ),
             namespace=self.namespace,
         )
-        node_term = {
-            "matchFields": [{"key": "metadata.name", "operator": "In", "values": [self.node_name]}]
-        }
+        results = [
+            {"request": r, "driver": driver, "pool": self.pool, "device": d}
+            for r, d in zip(requests, devices, strict=True)
+        ]
+        status = cluster.allocated_status(results, node_name=self.node_name, pod_name=f"{name}-pod")
         await self.client.merge_patch(
-            resource,
-            name,
-            {
-                "status": {
-                    "allocation": {
-                        "devices": {
-                            "results": [
-                                {"request": r, "driver": driver, "pool": self.pool, "device": d}
-                                for r, d in zip(requests, devices, strict=True)
-                            ]
-                        },
-                        "nodeSelector": {"nodeSelectorTerms": [node_term]},
-                    },
-                    "reservedFor": [
-                        {"resource": "pods", "name": f"{name}-pod", "uid": str(uuid.uuid4())}
-                    ],
-                }
-            },
-            namespace=self.namespace,
-            subresource="status",
+            resource, name, {"status": status}, namespace=self.namespace, subresource="status"
         )
         return emulator.KubeletClaim(self.namespace, created["metadata"]["uid"], name)
 
