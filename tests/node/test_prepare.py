@@ -128,11 +128,11 @@ async def test_spec_is_unlinked_before_the_device_is_released(node: Node) -> Non
 @pytest.mark.parametrize(
     ("namespace", "uid", "name", "message"),
     [
-        ("default", "", "c1", "uid is empty"),
+        ("default", "", "c1", "must not be empty"),
         ("default", "not-a-uuid", "c1", "is not a UUID"),
         ("default", "../../etc/passwd", "c1", "is not a UUID"),
         ("", str(uuid.UUID(int=1)), "c1", "namespace"),
-        ("default", str(uuid.UUID(int=2)), "Bad_Name", "not a valid object name"),
+        ("default", str(uuid.UUID(int=2)), "Bad_Name", "must be a DNS subdomain"),
     ],
 )
 async def test_malformed_requests_are_invalid_argument_and_write_nothing(

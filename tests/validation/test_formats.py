@@ -4,29 +4,30 @@ from __future__ import annotations
 
 import pytest
 
+from dralet import kubenames
 from dralet.validation import formats
 
 
 @pytest.mark.parametrize("name", ["gpu", "gpu-0", "0", "a" * 63])
 def test_dns_labels_that_pass(name: str) -> None:
-    assert formats.dns_label_problem(name) is None
+    assert kubenames.dns_label_problem(name) is None
 
 
 @pytest.mark.parametrize("name", ["GPU", "gpu_0", "-gpu", "gpu-", "gpu.0", "a" * 64, ""])
 def test_dns_labels_that_fail(name: str) -> None:
-    assert formats.dns_label_problem(name) is not None
+    assert kubenames.dns_label_problem(name) is not None
 
 
 def test_driver_names_are_lower_cased_before_the_subdomain_check() -> None:
-    assert formats.driver_name_problem("GPU.Example.com") is None
-    assert formats.driver_name_problem("gpu_example.com") is not None
-    assert formats.driver_name_problem("a" * 64) == "must be no more than 63 characters"
+    assert kubenames.driver_name_problem("GPU.Example.com") is None
+    assert kubenames.driver_name_problem("gpu_example.com") is not None
+    assert kubenames.driver_name_problem("a" * 64) == "must be no more than 63 characters"
 
 
 def test_pool_names_are_slash_separated_subdomains() -> None:
-    assert formats.pool_name_problem("fabric/rack-1.zone") is None
-    assert formats.pool_name_problem("fabric//rack") is not None
-    assert formats.pool_name_problem("a" * 254) is not None
+    assert kubenames.pool_name_problem("fabric/rack-1.zone") is None
+    assert kubenames.pool_name_problem("fabric//rack") is not None
+    assert kubenames.pool_name_problem("a" * 254) is not None
 
 
 @pytest.mark.parametrize(
@@ -46,12 +47,12 @@ def test_pool_names_are_slash_separated_subdomains() -> None:
     ],
 )
 def test_qualified_names(name: str, problem: str | None) -> None:
-    assert formats.qualified_name_problem(name) == problem
+    assert kubenames.qualified_name_problem(name) == problem
 
 
 def test_match_attribute_needs_a_domain() -> None:
-    assert formats.qualified_name_problem("numa", require_domain=True) == "must include a domain"
-    assert formats.qualified_name_problem("gpu.example.com/numa", require_domain=True) is None
+    assert kubenames.qualified_name_problem("numa", require_domain=True) == "must include a domain"
+    assert kubenames.qualified_name_problem("gpu.example.com/numa", require_domain=True) is None
 
 
 @pytest.mark.parametrize("version", ["1.2.3", "0.0.0-rc.1+build.5", "550.54.15"])

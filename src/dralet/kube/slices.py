@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dralet import errors
+from dralet import errors, kubenames
 
 __all__ = [
     "MAX_ATTRIBUTES_AND_CAPACITIES",
@@ -37,22 +37,11 @@ MAX_DEVICES_PER_SLICE = 128
 """Devices one ResourceSlice may hold (ResourceSliceMaxDevices)."""
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 """Attributes plus capacities one device may have."""
-MAX_ID_LENGTH = 32
-"""Longest attribute or capacity name without its domain (a C identifier)."""
-MAX_DOMAIN_LENGTH = 63
-"""Longest domain of a qualified name, and of a driver name."""
 MAX_VALUE_LENGTH = 64
 """Longest string or version attribute value."""
-MAX_LABEL_LENGTH = 63
-"""Longest DNS-1123 label (device names)."""
-MAX_SUBDOMAIN_LENGTH = 253
-"""Longest DNS-1123 subdomain (pool names)."""
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
-_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
     r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
@@ -84,57 +73,32 @@ class NodeOwner:
 # -- rules ---------------------------------------------------------------------------
 
 
-def dns_subdomain_problems(value: str, *, what: str, limit: int) -> list[str]:
-    if not value:
-        return [f"{what} must not be empty"]
-    if len(value) > limit:
-        return [f"{what} {value!r} is longer than {limit} characters"]
-    if not _DNS_SUBDOMAIN.match(value):
-        return [f"{what} {value!r} is not a lower-case DNS subdomain"]
-    return []
+def dns_subdomain_problems(value: str, *, what: str) -> list[str]:
+    problem = kubenames.dns_subdomain_problem(value) if value else "must not be empty"
+    return [] if problem is None else [f"{what} {value!r} {problem}"]
 
 
 def driver_name_problems(driver: str) -> list[str]:
     """A driver name: at most 63 characters, a DNS subdomain once lower-cased."""
-    return dns_subdomain_problems(driver.lower(), what="driver name", limit=MAX_DOMAIN_LENGTH)
+    problem = kubenames.driver_name_problem(driver)
+    return [] if problem is None else [f"driver name {driver!r}: {problem}"]
 
 
 def node_name_problems(node: str) -> list[str]:
     """A node name: a DNS subdomain of at most 253 characters."""
-    return dns_subdomain_problems(node, what="node name", limit=MAX_SUBDOMAIN_LENGTH)
+    return dns_subdomain_problems(node, what="node name")
 
 
 def pool_name_problems(pool: str) -> list[str]:
     """A pool name: at most 253 characters, '/'-separated DNS subdomains."""
-    if len(pool) > MAX_SUBDOMAIN_LENGTH:
-        return [f"pool name {pool!r} is longer than {MAX_SUBDOMAIN_LENGTH} characters"]
-    problems: list[str] = []
-    for part in pool.split("/"):
-        problems += dns_subdomain_problems(part, what="pool name part", limit=MAX_SUBDOMAIN_LENGTH)
-    return problems
+    problem = kubenames.pool_name_problem(pool)
+    return [] if problem is None else [f"pool name {pool!r}: {problem}"]
 
 
 def qualified_name_problems(name: str) -> list[str]:
     """An attribute or capacity name: ``id`` or ``domain/id`` (id a C identifier ≤32)."""
-    domain, _, identifier = name.rpartition("/")
-    problems = []
-    if "/" in name:
-        if not domain:
-            problems.append(f"name {name!r} has an empty domain")
-        else:
-            problems += [
-                f"name {name!r}: {p}"
-                for p in dns_subdomain_problems(
-                    domain.lower(), what="domain", limit=MAX_DOMAIN_LENGTH
-                )
-            ]
-    if not identifier:
-        problems.append(f"name {name!r} has an empty identifier")
-    elif len(identifier) > MAX_ID_LENGTH:
-        problems.append(f"name {name!r}: identifier is longer than {MAX_ID_LENGTH} characters")
-    elif not _C_IDENTIFIER.match(identifier):
-        problems.append(f"name {name!r}: identifier is not a C identifier")
-    return problems
+    problem = kubenames.qualified_name_problem(name)
+    return [] if problem is None else [f"name {name!r}: {problem}"]
 
 
 def attribute_value_problems(name: str, value: Mapping[str, Any]) -> list[str]:
@@ -173,10 +137,9 @@ def device_problems(device: Mapping[str, Any]) -> list[str]:
     name = str(device.get("name") or "")
     where = f"device {name!r}"
     problems: list[str] = []
-    if not name or len(name) > MAX_LABEL_LENGTH or not _DNS_LABEL.match(name):
-        problems.append(
-            f"{where}: name must be a DNS label of at most {MAX_LABEL_LENGTH} characters"
-        )
+    name_problem = kubenames.dns_label_problem(name) if name else "must not be empty"
+    if name_problem is not None:
+        problems.append(f"{where}: name {name_problem}")
     attributes = device.get("attributes") or {}
     capacity = device.get("capacity") or {}
     total = len(attributes) + len(capacity)

@@ -24,13 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dralet import errors, failpoints, fsutil, logs
+from dralet import errors, failpoints, fsutil, kubenames, logs
 from dralet.cdi import spec as cdi_spec
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint import store as checkpoint_store
@@ -45,11 +44,6 @@ __all__ = ["Ledger", "PrepareOutcome", "RecoveryReport", "parse_claim_refs"]
 
 log = logging.getLogger(__name__)
 
-_UID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-_DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-DNS_LABEL_MAX = 63
-DNS_SUBDOMAIN_MAX = 253
 
 FP_AFTER_FINALIZER = "ledger.prepare.after-finalizer"
 FP_AFTER_STARTED = "ledger.prepare.after-started"
@@ -95,22 +89,17 @@ def parse_claim_refs(claims: Sequence[tuple[str, str, str]]) -> list[ClaimRef]:
     refs: dict[str, ClaimRef] = {}
     for index, (namespace, uid, name) in enumerate(claims):
         where = f"claims[{index}]"
-        if not uid:
-            raise errors.InvalidRequestError(f"{where}: uid is empty")
-        if len(uid) != 36 or _UID_RE.fullmatch(uid) is None:
-            raise errors.InvalidRequestError(f"{where}: uid {uid[:64]!r} is not a UUID")
-        if (
-            not namespace
-            or len(namespace) > DNS_LABEL_MAX
-            or not _DNS_LABEL_RE.fullmatch(namespace)
-        ):
+        uid_problem = kubenames.uid_problem(uid.lower())
+        if uid_problem is not None:
+            raise errors.InvalidRequestError(f"{where}: uid {uid[:64]!r} {uid_problem}")
+        namespace_problem = kubenames.dns_label_problem(namespace) if namespace else "is empty"
+        if namespace_problem is not None:
             raise errors.InvalidRequestError(
-                f"{where}: namespace {namespace[:64]!r} is not a DNS label"
+                f"{where}: namespace {namespace[:64]!r} {namespace_problem}"
             )
-        if not name or len(name) > DNS_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN_RE.fullmatch(name):
-            raise errors.InvalidRequestError(
-                f"{where}: name {name[:64]!r} is not a valid object name"
-            )
+        name_problem = kubenames.dns_subdomain_problem(name) if name else "is empty"
+        if name_problem is not None:
+            raise errors.InvalidRequestError(f"{where}: name {name[:64]!r} {name_problem}")
         ref = ClaimRef(uid=ClaimUID(uid.lower()), namespace=namespace, name=name)
         seen = refs.get(ref.uid)
         if seen is not None and seen != ref:

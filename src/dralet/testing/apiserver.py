@@ -276,9 +276,7 @@ def _semantic_errors(kind: _Kind, obj: Mapping[str, Any]) -> list[str]:
     metadata = obj.get("metadata") or {}
     problems = [
         f"metadata.name: {p}"
-        for p in slices.dns_subdomain_problems(
-            str(metadata.get("name") or ""), what="name", limit=slices.MAX_SUBDOMAIN_LENGTH
-        )
+        for p in slices.dns_subdomain_problems(str(metadata.get("name") or ""), what="name")
     ]
     spec = obj.get("spec") or {}
     if kind.kind == "ResourceSlice":

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dralet.validation import expressions, formats, limits, opaque
+from dralet import kubenames
+from dralet.validation import expressions, limits, opaque
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.targets import ApiShape
 
@@ -123,7 +124,7 @@ def _too_many(what: str, count: int, limit: int, path: Path) -> Finding:
 
 
 def _name_findings(name: str, *, path: Path, seen: set[str], what: str) -> Iterator[Finding]:
-    problem = formats.dns_label_problem(name)
+    problem = kubenames.dns_label_problem(name)
     if problem is not None:
         yield Finding("DRA012", path, f"{what} name {name!r}: {problem}")
     if name in seen:
@@ -187,7 +188,7 @@ def _device_request_findings(request: dict[str, Any], *, path: Path) -> Iterator
             "DRA018", (*path, "deviceClassName"), "`deviceClassName` is required", Anchor.KEY
         )
     elif isinstance(class_name, str):
-        problem = formats.dns_subdomain_problem(class_name)
+        problem = kubenames.dns_subdomain_problem(class_name)
         if problem is not None:
             yield Finding(
                 "DRA012", (*path, "deviceClassName"), f"class name {class_name!r}: {problem}"
@@ -276,6 +277,6 @@ def _constraint_findings(
         for field in present:
             value = constraint[field]
             if isinstance(value, str):
-                problem = formats.qualified_name_problem(value, require_domain=True)
+                problem = kubenames.qualified_name_problem(value, require_domain=True)
                 if problem is not None:
                     yield Finding("DRA012", (*where, field), f"{field} {value!r}: {problem}")

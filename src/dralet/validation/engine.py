@@ -10,12 +10,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from dralet import kubenames
 from dralet.validation import (
     catalog,
     claims,
     classes,
     expressions,
-    formats,
     matching,
     schemas,
     slices,
@@ -123,7 +123,7 @@ class _Run:
 
     def _dra_semantic_findings(self, obj: ManifestObject, shape: ApiShape) -> Iterator[Finding]:
         if obj.name:
-            problem = formats.dns_subdomain_problem(obj.name)
+            problem = kubenames.dns_subdomain_problem(obj.name)
             if problem is not None:
                 yield Finding("DRA012", ("metadata", "name"), f"name {obj.name!r}: {problem}")
         spec = obj.data.get("spec")

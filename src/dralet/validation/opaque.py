@@ -7,7 +7,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from dralet.validation import formats, limits
+from dralet import kubenames
+from dralet.validation import limits
 from dralet.validation.diagnostics import Anchor, Finding, Path
 
 __all__ = ["config_findings"]
@@ -38,7 +39,7 @@ def config_findings(configs: Any, *, path: Path) -> Iterator[Finding]:
 def _opaque_findings(opaque: dict[str, Any], *, path: Path) -> Iterator[Finding]:
     driver = opaque.get("driver")
     if isinstance(driver, str):
-        problem = formats.driver_name_problem(driver)
+        problem = kubenames.driver_name_problem(driver)
         if problem is not None:
             yield Finding("DRA012", (*path, "driver"), f"driver {driver!r}: {problem}")
     if "parameters" not in opaque or opaque["parameters"] is None:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from dralet import kubenames
 from dralet.cdi import names as cdi_names
 from dralet.validation import formats, limits
 from dralet.validation.diagnostics import Anchor, Finding, Path
@@ -90,7 +91,7 @@ def slice_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[Finding
         return
     driver = spec.get("driver")
     if isinstance(driver, str):
-        problem = formats.driver_name_problem(driver)
+        problem = kubenames.driver_name_problem(driver)
         if problem is not None:
             yield Finding("DRA012", ("spec", "driver"), f"driver {driver!r}: {problem}")
         else:
@@ -140,7 +141,7 @@ def _cdi_vendor_findings(driver: str) -> Iterator[Finding]:
 def _pool_findings(pool: dict[str, Any]) -> Iterator[Finding]:
     name = pool.get("name")
     if isinstance(name, str):
-        problem = formats.pool_name_problem(name)
+        problem = kubenames.pool_name_problem(name)
         if problem is not None:
             yield Finding("DRA012", ("spec", "pool", "name"), f"pool name {name!r}: {problem}")
     generation = pool.get("generation")
@@ -162,7 +163,7 @@ def _pool_findings(pool: dict[str, Any]) -> Iterator[Finding]:
 def _node_fields_findings(holder: dict[str, Any], *, path: Path) -> Iterator[Finding]:
     node_name = holder.get("nodeName")
     if isinstance(node_name, str) and node_name:
-        problem = formats.dns_subdomain_problem(node_name)
+        problem = kubenames.dns_subdomain_problem(node_name)
         if problem is not None:
             yield Finding("DRA012", (*path, "nodeName"), f"node name {node_name!r}: {problem}")
     selector = holder.get("nodeSelector")
@@ -182,7 +183,7 @@ def _device_findings(
 ) -> Iterator[Finding]:
     name = device.get("name")
     if isinstance(name, str):
-        problem = formats.dns_label_problem(name)
+        problem = kubenames.dns_label_problem(name)
         if problem is not None:
             yield Finding("DRA012", (*path, "name"), f"device name {name!r}: {problem}")
         if name in seen:
@@ -254,7 +255,7 @@ def _values_findings(fields: dict[str, Any], *, path: Path) -> Iterator[Finding]
 
 
 def _qualified_name_findings(name: str, path: Path, what: str) -> Iterator[Finding]:
-    problem = formats.qualified_name_problem(name)
+    problem = kubenames.qualified_name_problem(name)
     if problem is not None:
         yield Finding("DRA012", path, f"{what} name {name!r}: {problem}", Anchor.KEY)
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dralet.validation import formats
+from dralet import kubenames
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.documents import ManifestObject
 from dralet.validation.targets import WORKLOAD_KINDS
@@ -112,7 +112,7 @@ def pod_template_findings(
             continue
         name, where = entry["name"], (*base, "resourceClaims", index)
         declared[name] = entry
-        problem = formats.dns_label_problem(name)
+        problem = kubenames.dns_label_problem(name)
         if problem is not None:
             yield Finding("DRA012", (*where, "name"), f"pod claim name {name!r}: {problem}")
         if name in seen:
