@@ -54,3 +54,43 @@ async def test_every_line_of_a_call_carries_claim_and_request_id(node: Node) -> 
         assert line["claim_uid"] == uid, line
     request_ids = {line["rpc"]: line["request_id"] for line in ledger_lines}
     assert len(set(request_ids.values())) == 2  # one id per call
+
+
+async def test_plain_stdlib_handlers_see_the_claim_too(node: Node) -> None:
+    """An author's own logging setup (no dralet formatter) still shows each line's claim."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger("dralet")
+    root.addHandler(handler)
+    level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        claim = node.claims.add(allocated_claim("plain"))
+        await node.plugin.prepare([kclaim(claim)])
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    uid = claim["metadata"]["uid"]
+    prepared = [line for line in stream.getvalue().splitlines() if " prepared" in line]
+    assert prepared, stream.getvalue()
+    for line in prepared:
+        assert f"claim_uid={uid}" in line, line
+        assert "claim=default/plain" in line, line
+
+
+def test_dralet_formatters_print_context_once() -> None:
+    record_stream = io.StringIO()
+    handler = logging.StreamHandler(record_stream)
+    handler.setFormatter(logs.KeyValueFormatter())
+    log = logging.getLogger("dralet.test.once")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        with logs.bind(claim_uid="u-1", claim="ns/n"):
+            log.info("step %s of %d%%", "one", 50)
+    finally:
+        log.removeHandler(handler)
+    line = record_stream.getvalue().strip()
+    assert line.count("claim_uid=u-1") == 1, line
+    assert "step one of 50%" in line, line
