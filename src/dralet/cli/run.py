@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,11 +12,14 @@ import click
 
 from dralet import logs
 from dralet.drivers import example
+from dralet.kube import access
 from dralet.metrics import DriverMetrics
 from dralet.node.runner import BackgroundWork, Driver
 from dralet.node.settings import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR, DriverSettings
 
 __all__ = ["RunOptions", "command", "serve"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -25,9 +29,8 @@ class RunOptions:
     driver: str
     state_dir: Path
     gpus: int
-    api_url: str | None
-    kubeconfig: Path | None
-    in_cluster: bool
+    api: access.ApiAccess | None
+    """None only with ``--standalone``: no claims can be read, nothing is published."""
     publish: bool
     prepare_delay: tuple[tuple[str, float], ...] = ()
 
@@ -47,21 +50,21 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
     """Run the driver until SIGTERM."""
     metrics = DriverMetrics()
     backend = _backend(options, settings)
-    if options.api_url is None and options.kubeconfig is None and not options.in_cluster:
+    if options.api is None:
+        log.warning(
+            "standalone: no Kubernetes API, so every NodePrepareResources fails (claims "
+            "cannot be read), no ResourceSlices are published and no finalizers are set"
+        )
         await Driver(settings, backend, metrics=metrics).run()
         return
+    log.info("Kubernetes API: %s", options.api.describe())
     # The Kubernetes client is heavy: loaded only when an API is used.
     from dralet.kube.claims import ClaimClient
     from dralet.kube.client import connect
     from dralet.kube.events import NodeEvents
     from dralet.node.publisher import SlicePublisher
 
-    async with await connect(
-        url=options.api_url,
-        kubeconfig=options.kubeconfig,
-        in_cluster=options.in_cluster or None,
-        metrics=metrics,
-    ) as client:
+    async with await connect(api_access=options.api, metrics=metrics) as client:
         background: dict[str, BackgroundWork] = {}
         if options.publish:
             publisher = SlicePublisher(
@@ -124,8 +127,19 @@ def _delay(item: str) -> tuple[str, float]:
     help="Per-instance socket names for rolling updates (Kubernetes >= 1.33).",
 )
 @click.option("--api-url", default=None, help="API server URL without auth (test stand-ins).")
-@click.option("--kubeconfig", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Kubeconfig file [default: $KUBECONFIG, then in-cluster, then ~/.kube/config].",
+)
+@click.option("--context", "kube_context", default=None, help="Kubeconfig context to use.")
 @click.option("--in-cluster", is_flag=True, help="Use the pod's service account.")
+@click.option(
+    "--standalone",
+    is_flag=True,
+    help="Run with no Kubernetes API (claims cannot be read; for socket-level tests only).",
+)
 @click.option(
     "--publish/--no-publish",
     default=True,
@@ -158,7 +172,9 @@ def command(
     pod_uid: str,
     api_url: str | None,
     kubeconfig: Path | None,
+    kube_context: str | None,
     in_cluster: bool,
+    standalone: bool,
     publish: bool,
     health_port: int | None,
     metrics_port: int | None,
@@ -180,13 +196,24 @@ def command(
         metrics_port=metrics_port,
         stale_claim_grace=stale_claim_grace,
     )
+    try:
+        api = access.resolve(
+            url=api_url, kubeconfig=kubeconfig, context=kube_context, in_cluster=in_cluster
+        )
+    except access.ApiAccessError as exc:
+        raise click.UsageError(str(exc)) from None
+    if api is None and not standalone:
+        raise click.UsageError(
+            "no Kubernetes API configured: give --kubeconfig, set $KUBECONFIG, run in a pod, "
+            "or create ~/.kube/config (--standalone runs without one, for socket tests only)"
+        )
+    if api is not None and standalone:
+        raise click.UsageError(f"--standalone conflicts with the API access {api.describe()}")
     options = RunOptions(
         driver=driver,
         state_dir=state_dir or settings.plugin_dir / "backend",
         gpus=gpus,
-        api_url=api_url,
-        kubeconfig=kubeconfig,
-        in_cluster=in_cluster,
+        api=api,
         publish=publish,
         prepare_delay=tuple(_delay(item) for item in prepare_delay),
     )
@@ -194,3 +221,6 @@ def command(
         asyncio.run(serve(settings, options))
     except KeyboardInterrupt:
         sys.exit(130)
+    except access.ApiAccessError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)

@@ -26,7 +26,7 @@ import aiohttp
 from kubernetes.aio import config as _kube_config
 from kubernetes.aio.client import ApiClient, Configuration
 
-from dralet.kube import resources, status
+from dralet.kube import access, resources, status
 from dralet.kube.settings import KubeSettings
 from dralet.metrics import DriverMetrics
 
@@ -43,7 +43,6 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 JSON = "application/json"
-_IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
 _OK_MAX = 299
 _IDEMPOTENT = frozenset({"GET", "PUT", "DELETE"})
 
@@ -401,26 +400,39 @@ async def connect(
     kubeconfig: str | os.PathLike[str] | None = None,
     context: str | None = None,
     in_cluster: bool | None = None,
+    api_access: access.ApiAccess | None = None,
     settings: KubeSettings | None = None,
     metrics: DriverMetrics | None = None,
 ) -> KubeClient:
-    """A ``KubeClient`` for the first of: a plain ``url`` (no auth: the API stand-in), a
-    ``kubeconfig`` file, the in-cluster service account (``in_cluster=True``, or by default
-    when ``KUBERNETES_SERVICE_HOST`` is set), then ``$KUBECONFIG`` or ``~/.kube/config``."""
-    configuration = Configuration()
-    if url is not None:
-        configuration.host = url.rstrip("/")
-    elif kubeconfig is not None:
-        await kube_config.load_kube_config(
-            config_file=str(Path(kubeconfig)),
+    """A ``KubeClient`` for ``api_access``, or for what ``access.resolve`` makes of the other
+    arguments (kubectl's order: ``url``, ``kubeconfig``, ``$KUBECONFIG``, in-cluster,
+    ``~/.kube/config``). Raises ``access.ApiAccessError`` when nothing points at a cluster."""
+    if api_access is None:
+        api_access = access.resolve(
+            url=url,
+            kubeconfig=Path(kubeconfig) if kubeconfig is not None else None,
             context=context,
-            client_configuration=configuration,
-            persist_config=False,
+            in_cluster=bool(in_cluster),
         )
-    elif in_cluster or (in_cluster is None and os.environ.get(_IN_CLUSTER_ENV)):
+    if api_access is None:
+        raise access.ApiAccessError(
+            "no Kubernetes API configured: give --kubeconfig, set $KUBECONFIG, "
+            "run in a pod, or create ~/.kube/config"
+        )
+    configuration = Configuration()
+    if api_access.kind == "url":
+        configuration.host = (api_access.url or "").rstrip("/")
+    elif api_access.kind == "in-cluster":
         kube_config.load_incluster_config(client_configuration=configuration)
     else:
-        await kube_config.load_kube_config(
-            context=context, client_configuration=configuration, persist_config=False
-        )
+        try:
+            await kube_config.load_kube_config(
+                config_file=api_access.kubeconfig,
+                context=api_access.context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        except (kube_config.ConfigException, OSError, ValueError) as exc:
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise access.ApiAccessError(f"{api_access.describe()}: {first_line}") from exc
     return KubeClient(ApiClient(configuration), settings=settings, metrics=metrics)

@@ -92,6 +92,10 @@ class DriverPaths:
         return self.registry_dir / f"{self.driver_name}-reg.sock"
 
 
+_API_FLAGS = frozenset({"--api-url", "--kubeconfig", "--in-cluster"})
+"""Flags of ``dralet run`` that point it at an API server; without one it runs standalone."""
+
+
 def driver_args(
     paths: DriverPaths, *, api_url: str | None, gpus: int = 4, extra: Sequence[str] = ()
 ) -> list[str]:
@@ -109,6 +113,8 @@ def driver_args(
     ]  # fmt: skip
     if api_url is not None:
         args += ["--api-url", api_url]
+    elif not any(arg.split("=")[0] in _API_FLAGS for arg in extra):
+        args.append("--standalone")
     return [*args, *extra]
 
 
