@@ -120,8 +120,17 @@ async def _wait_for_slices(cluster: ControlPlane) -> list[dict[str, Any]]:
     return []
 
 
+DRIVER_LOG_TAIL_LINES = 20
+"""Lines of the driver's log shown when a check failed and the log is not kept."""
+
+
 async def run_demo(
-    work_dir: Path, *, kubernetes_version: str, fmt: str, echo: Callable[[str], None]
+    work_dir: Path,
+    *,
+    kubernetes_version: str,
+    fmt: str,
+    echo: Callable[[str], None],
+    keep_files: bool = True,
 ) -> Narrator:
     say = Narrator(fmt=fmt, echo=echo)
     paths = DriverPaths(work_dir / "node")
@@ -139,15 +148,57 @@ async def run_demo(
             await kubelet.close()
             await driver.terminate()
         if fmt == "text":
-            echo(f"\nDriver log: {work_dir / 'driver.log'}")
+            _point_at_driver_log(say, work_dir / "driver.log", keep_files=keep_files, echo=echo)
     return say
+
+
+def _point_at_driver_log(
+    say: Narrator, log_path: Path, *, keep_files: bool, echo: Callable[[str], None]
+) -> None:
+    """Name the log only where it will still exist; else show its end if something failed."""
+    if keep_files:
+        echo(f"\nDriver log: {log_path}")
+        return
+    if any(not c.ok for s in say.steps for c in s.checks) and log_path.is_file():
+        tail = log_path.read_text(errors="replace").splitlines()[-DRIVER_LOG_TAIL_LINES:]
+        echo("\nEnd of the driver's log:")
+        for line in tail:
+            echo(f"    {line}")
+    echo("\nThe node's files were removed; --work-dir DIR keeps them, with the driver's log.")
+
+
+REGISTRATION_TIMEOUT_S = 30.0
+DRIVER_EXIT_POLL_S = 0.1
+
+
+class DemoError(click.ClickException):
+    """The demo could not go on (the driver died, say); one line, exit 1."""
+
+
+async def _registered_or_exited(
+    driver: DriverProcess, kubelet: KubeletEmulator
+) -> PluginConnection:
+    """Wait for registration, but stop at once if the driver process exits meanwhile."""
+    registration = asyncio.ensure_future(
+        kubelet.wait_for_plugin(DRIVER, within=REGISTRATION_TIMEOUT_S)
+    )
+    try:
+        while not registration.done():
+            if not driver.alive:
+                lines = [line for line in driver.log().splitlines() if line.strip()]
+                reason = lines[-1] if lines else f"exit status {driver.returncode()}"
+                raise DemoError(f"the driver exited before it registered: {reason}")
+            await asyncio.wait({registration}, timeout=DRIVER_EXIT_POLL_S)
+        return registration.result()
+    finally:
+        registration.cancel()
 
 
 async def _start(
     say: Narrator, step: Any, driver: DriverProcess, kubelet: KubeletEmulator
 ) -> PluginConnection:
     driver.start()
-    plugin = await kubelet.wait_for_plugin(DRIVER, within=30)
+    plugin = await _registered_or_exited(driver, kubelet)
     info = plugin.info
     say.detail(
         step,
@@ -258,7 +309,13 @@ def command(kubernetes_version: str, work_dir: Path | None, fmt: str) -> None:
         root = work_dir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         narrator = asyncio.run(
-            run_demo(root, kubernetes_version=kubernetes_version, fmt=fmt, echo=click.echo)
+            run_demo(
+                root,
+                kubernetes_version=kubernetes_version,
+                fmt=fmt,
+                echo=click.echo,
+                keep_files=work_dir is not None,
+            )
         )
     failed = [c.what for s in narrator.steps for c in s.checks if not c.ok]
     if fmt == "json":
