@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from dralet import kube
 from dralet.kube import resources, slices
+from dralet.kube.events import NodeEvents
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import (
     AllocatedDevice,
@@ -71,10 +72,21 @@ class FakeBackend:
         return {}
 
 
+class RecordedEvents:
+    """Stands in for ``NodeEvents``: keeps the Warning Events the publisher records."""
+
+    def __init__(self) -> None:
+        self.warnings: list[tuple[str, str]] = []
+
+    async def warn(self, reason: str, message: str) -> None:
+        self.warnings.append((reason, message))
+
+
 def publisher(
     client: kube.KubeClient,
     backend: FakeBackend,
     metrics: DriverMetrics | None = None,
+    events: RecordedEvents | None = None,
     **settings: Any,
 ) -> SlicePublisher:
     return SlicePublisher(
@@ -83,6 +95,7 @@ def publisher(
         driver=DRIVER,
         node_name=NODE,
         metrics=metrics,
+        events=cast("NodeEvents", events),
         settings=PublisherSettings(backoff=(0.05,), **settings),
     )
 
@@ -231,7 +244,7 @@ async def test_without_a_node_object_slices_have_no_owner(
     assert "ownerReferences" not in published["metadata"]
 
 
-async def test_invalid_devices_are_refused_with_every_problem(
+async def test_an_invalid_device_is_left_out_with_every_problem_and_the_rest_published(
     apiserver: ApiServer, client: kube.KubeClient, node_uid: str
 ) -> None:
     backend = FakeBackend(1)
@@ -241,10 +254,14 @@ async def test_invalid_devices_are_refused_with_every_problem(
         Device(name="gpu-2", attributes={"driverVersion": Version("v1.0")}),
         Device(name="gpu-3", attributes={"bad name": "x"}, capacity={"memory": "lots"}),
         Device(name="gpu-4", attributes={"model": "x" * 65}),
+        Device(name="gpu-ok", attributes={"model": "A100"}),
     ]
-    with pytest.raises(slices.InvalidDeviceError) as caught:
-        await publisher(client, backend).reconcile_once()
-    text = str(caught.value)
+    events = RecordedEvents()
+    pub = publisher(client, backend, events=events)
+    await pub.reconcile_once()
+    [published] = live(apiserver)
+    assert devices_of(published) == ["gpu-ok"]
+    text = "\n".join(message for _, message in events.warnings)
     for expected in (
         "'GPU_0'",
         "must not exceed 32",
@@ -254,16 +271,32 @@ async def test_invalid_devices_are_refused_with_every_problem(
         "longer than 64",
     ):
         assert expected in text
+    assert {reason for reason, _ in events.warnings} == {"DeviceNotPublished"}
+    assert len(events.warnings) == 5  # one per device left out
+    await pub.reconcile_once()
+    assert len(events.warnings) == 5, "the same problems are reported once, not every pass"
+
+
+async def test_bad_driver_or_pool_name_publishes_nothing(
+    apiserver: ApiServer, client: kube.KubeClient, node_uid: str
+) -> None:
+    pub = SlicePublisher(client, FakeBackend(2), driver=DRIVER, node_name=NODE, pool="Bad_Pool")
+    with pytest.raises(slices.InvalidDeviceError, match="pool name"):
+        await pub.reconcile_once()
     assert live(apiserver) == []
 
 
 def test_build_pool_cuts_at_128_and_checks_names() -> None:
     devices = [Device(name=f"d-{i}") for i in range(257)]
-    chunks = build_pool(devices, driver=DRIVER, pool="pool-a", node_name=NODE)
-    assert [len(c) for c in chunks] == [128, 128, 1]
-    assert build_pool([], driver=DRIVER, pool="pool-a", node_name=NODE) == ((),)
-    with pytest.raises(slices.InvalidDeviceError, match="listed twice"):
-        build_pool([Device(name="d"), Device(name="d")], driver=DRIVER, pool="p", node_name=NODE)
+    built = build_pool(devices, driver=DRIVER, pool="pool-a", node_name=NODE)
+    assert [len(c) for c in built.chunks] == [128, 128, 1]
+    assert built.skipped == ()
+    assert build_pool([], driver=DRIVER, pool="pool-a", node_name=NODE).chunks == ((),)
+    twice = build_pool(
+        [Device(name="d"), Device(name="d")], driver=DRIVER, pool="p", node_name=NODE
+    )
+    assert [len(c) for c in twice.chunks] == [1]
+    assert len(twice.skipped) == 1 and "listed twice" in twice.skipped[0]
     with pytest.raises(slices.InvalidDeviceError, match="pool name"):
         build_pool(devices, driver=DRIVER, pool="Bad_Pool", node_name=NODE)
 

@@ -65,6 +65,7 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
     from dralet.node.publisher import SlicePublisher
 
     async with await connect(api_access=options.api, metrics=metrics) as client:
+        events = NodeEvents(client, driver=settings.driver_name, node_name=settings.node_name)
         background: dict[str, BackgroundWork] = {}
         if options.publish:
             publisher = SlicePublisher(
@@ -74,6 +75,7 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
                 node_name=settings.node_name,
                 pool=settings.pool_name,
                 metrics=metrics,
+                events=events,
             )
             background["resourceslices"] = publisher.run
         driver = Driver(
@@ -82,7 +84,7 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
             claims=ClaimClient(client),
             metrics=metrics,
             background=background,
-            events=NodeEvents(client, driver=settings.driver_name, node_name=settings.node_name),
+            events=events,
         )
         await driver.run()
 

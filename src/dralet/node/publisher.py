@@ -26,11 +26,12 @@ import aiohttp
 from dralet import errors
 from dralet.kube import resources, shapes, slices, status, versions, watching
 from dralet.kube.client import KubeClient
+from dralet.kube.events import NodeEvents
 from dralet.kube.inventory import slice_field_selector
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import Device, DeviceBackend, Version
 
-__all__ = ["PublisherSettings", "SlicePublisher", "build_pool", "device_to_json"]
+__all__ = ["BuiltPool", "PublisherSettings", "SlicePublisher", "build_pool", "device_to_json"]
 
 log = logging.getLogger(__name__)
 
@@ -72,31 +73,44 @@ def device_to_json(device: Device) -> dict[str, Any]:
     return out
 
 
-def build_pool(
-    devices: Sequence[Device], *, driver: str, pool: str, node_name: str
-) -> tuple[tuple[dict[str, Any], ...], ...]:
+@dataclass(frozen=True)
+class BuiltPool:
+    """The slices to publish, and the devices left out because the API server would refuse them."""
+
+    chunks: tuple[tuple[dict[str, Any], ...], ...]
+    """Canonical JSON devices cut into slices of at most 128; an empty pool is one empty slice."""
+    skipped: tuple[str, ...] = ()
+    """One line per device left out, naming it and every problem it has."""
+
+
+def build_pool(devices: Sequence[Device], *, driver: str, pool: str, node_name: str) -> BuiltPool:
     """The pool's devices in canonical JSON, cut into slices of at most 128 devices.
 
-    Raises ``slices.InvalidDeviceError`` listing every problem when any device, the
-    driver name, the pool name or the node name would be refused by the API server. An
-    empty pool is one empty slice, so consumers see that the node offers nothing.
+    A device the API server would refuse is left out (and named in ``skipped``); the rest
+    are still published. Raises ``slices.InvalidDeviceError`` only when nothing can be
+    published: the driver, pool or node name would be refused. An empty pool is one empty
+    slice, so consumers see that the node offers nothing.
     """
     problems = slices.driver_name_problems(driver) + slices.pool_name_problems(pool)
     problems += slices.node_name_problems(node_name)
-    seen: set[str] = set()
-    converted = []
-    for device in devices:
-        if device.name in seen:
-            problems.append(f"device {device.name!r} is listed twice")
-        seen.add(device.name)
-        as_json = device_to_json(device)
-        problems += slices.device_problems(as_json)
-        converted.append(as_json)
     if problems:
         raise slices.InvalidDeviceError(problems)
+    seen: set[str] = set()
+    converted = []
+    skipped = []
+    for device in devices:
+        as_json = device_to_json(device)
+        device_problems = slices.device_problems(as_json)
+        if device.name in seen:
+            device_problems.append(f"device {device.name!r} is listed twice")
+        if device_problems:
+            skipped.append("; ".join(device_problems))
+            continue
+        seen.add(device.name)
+        converted.append(as_json)
     size = slices.MAX_DEVICES_PER_SLICE
     chunks = [tuple(converted[i : i + size]) for i in range(0, len(converted), size)]
-    return tuple(chunks) or ((),)
+    return BuiltPool(chunks=tuple(chunks) or ((),), skipped=tuple(skipped))
 
 
 class SlicePublisher:
@@ -117,8 +131,10 @@ class SlicePublisher:
         api_version: str | None = None,
         settings: PublisherSettings | None = None,
         metrics: DriverMetrics | None = None,
+        events: NodeEvents | None = None,
     ) -> None:
         self.client = client
+        self.events = events
         self.backend = backend
         self.driver = driver
         self.node_name = node_name
@@ -131,6 +147,7 @@ class SlicePublisher:
         self._wake = asyncio.Event()
         self._own_versions: set[str] = set()
         self._task: asyncio.Task[None] | None = None
+        self._reported_skips: tuple[str, ...] = ()
         self.reconciles = 0
         """Completed reconciles (for tests and the audit)."""
 
@@ -168,8 +185,9 @@ class SlicePublisher:
     async def reconcile_once(self) -> slices.PoolPlan:
         """Read devices and live slices, write the difference; the plan it carried out.
 
-        Raises ``slices.InvalidDeviceError`` (nothing written) when a device would be
-        refused, ``status.ApiError`` when the API server refuses a write.
+        Raises ``slices.InvalidDeviceError`` (nothing written) when the driver, pool or
+        node name would be refused, ``status.ApiError`` when the API server refuses a write.
+        A single device that would be refused is left out, with a log line and an Event.
         """
         for attempt in range(self.settings.conflict_retries + 1):
             try:
@@ -190,7 +208,9 @@ class SlicePublisher:
         resource = resources.resource_slices(version)
         owner = await self._owner()
         devices = await self.backend.devices()
-        chunks = build_pool(devices, driver=self.driver, pool=self.pool, node_name=self.node_name)
+        built = build_pool(devices, driver=self.driver, pool=self.pool, node_name=self.node_name)
+        await self._report_skipped(built.skipped)
+        chunks = built.chunks
         listed = await self.client.list(resource, field_selector=self._field_selector())
         actual = [shapes.from_version(item, version) for item in listed.get("items") or []]
         plan = slices.plan_pool(
@@ -238,6 +258,19 @@ class SlicePublisher:
         self._own_versions.add(str((written.get("metadata") or {}).get("resourceVersion")))
         if self.metrics is not None:
             self.metrics.slice_publishes.labels(verb=write.verb).inc()
+
+    async def _report_skipped(self, skipped: tuple[str, ...]) -> None:
+        """Say once, per change, which devices are left out and why (log line and Event)."""
+        if skipped == self._reported_skips:
+            return
+        self._reported_skips = skipped
+        for problem in skipped:
+            log.error("device not published: %s", problem)
+            if self.events is not None:
+                try:
+                    await self.events.warn("DeviceNotPublished", problem)
+                except _API_FAILURES as error:
+                    log.warning("could not record an Event for %s: %s", problem, error)
 
     def _field_selector(self) -> str:
         return slice_field_selector(node_name=self.node_name, driver=self.driver)
