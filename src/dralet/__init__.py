@@ -24,21 +24,36 @@ from dralet.node.backend import (
     Version,
 )
 from dralet.node.claims import ClaimSource
+from dralet.node.devices import (
+    Capacity,
+    CounterConsumption,
+    CounterSet,
+    CounterSetSource,
+    DeviceTaint,
+    QuantityRange,
+    RequestPolicy,
+    TaintEffect,
+)
 from dralet.node.runner import Driver
 from dralet.node.settings import DriverSettings
 
 __all__ = [
     "AllocatedDevice",
     "AttributeValue",
+    "Capacity",
     "ClaimError",
     "ClaimRef",
     "ClaimSource",
     "ClaimUID",
     "ContainerEdits",
+    "CounterConsumption",
+    "CounterSet",
+    "CounterSetSource",
     "Device",
     "DeviceBackend",
     "DeviceHealth",
     "DeviceNode",
+    "DeviceTaint",
     "Driver",
     "DriverMetrics",
     "DriverSettings",
@@ -48,6 +63,9 @@ __all__ = [
     "Mount",
     "PermanentError",
     "PreparedDevice",
+    "QuantityRange",
+    "RequestPolicy",
+    "TaintEffect",
     "TemporaryError",
     "Version",
     "atomic_write",

@@ -54,3 +54,9 @@ def test_a_kubeconfig_that_does_not_parse_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert str(kubeconfig) in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_malformed_feature_gate_is_a_usage_error(tmp_path: Path) -> None:
+    result = _run(["--standalone", "--feature-gate", "DRADeviceTaints"], home=tmp_path)
+    assert result.returncode == 2
+    assert "expected GATE=true|false" in result.stderr

@@ -21,7 +21,8 @@ from dralet.node.backend import (
     PreparedDevice,
     Version,
 )
-from dralet.node.publisher import PublisherSettings, SlicePublisher, build_pool
+from dralet.node.published import build_pool
+from dralet.node.publisher import PublisherSettings, SlicePublisher
 from dralet.testing.apiserver import ApiServer, schema_errors
 from tests.kubeobjects import node
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -13,13 +13,25 @@ import click
 from dralet import logs
 from dralet.drivers import example
 from dralet.kube import access
+from dralet.kube.claims import ClaimClient
+from dralet.kube.client import connect
+from dralet.kube.events import NodeEvents
 from dralet.metrics import DriverMetrics
+from dralet.node.devices import TaintEffect
+from dralet.node.publisher import PublisherSettings, SlicePublisher
 from dralet.node.runner import BackgroundWork, Driver
 from dralet.node.settings import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR, DriverSettings
 
 __all__ = ["RunOptions", "command", "serve"]
 
 log = logging.getLogger(__name__)
+
+_TAINT_EFFECTS: dict[str, TaintEffect | None] = {
+    "NoSchedule": "NoSchedule",
+    "NoExecute": "NoExecute",
+    "None": "None",
+    "off": None,
+}
 
 
 @dataclass(frozen=True)
@@ -32,6 +44,7 @@ class RunOptions:
     api: access.ApiAccess | None
     """None only with ``--standalone``: no claims can be read, nothing is published."""
     publish: bool
+    publisher: PublisherSettings = field(default_factory=PublisherSettings)
     prepare_delay: tuple[tuple[str, float], ...] = ()
 
 
@@ -58,12 +71,6 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
         await Driver(settings, backend, metrics=metrics).run()
         return
     log.info("Kubernetes API: %s", options.api.describe())
-    # The Kubernetes client is heavy: loaded only when an API is used.
-    from dralet.kube.claims import ClaimClient
-    from dralet.kube.client import connect
-    from dralet.kube.events import NodeEvents
-    from dralet.node.publisher import SlicePublisher
-
     async with await connect(api_access=options.api, metrics=metrics) as client:
         events = NodeEvents(client, driver=settings.driver_name, node_name=settings.node_name)
         background: dict[str, BackgroundWork] = {}
@@ -74,6 +81,7 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
                 driver=settings.driver_name,
                 node_name=settings.node_name,
                 pool=settings.pool_name,
+                settings=options.publisher,
                 metrics=metrics,
                 events=events,
             )
@@ -87,6 +95,13 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
             events=events,
         )
         await driver.run()
+
+
+def _gate(item: str) -> tuple[str, bool]:
+    gate, _, value = item.partition("=")
+    if value.lower() not in ("true", "false") or not gate:
+        raise click.BadParameter(f"expected GATE=true|false, got {item!r}")
+    return gate, value.lower() == "true"
 
 
 def _delay(item: str) -> tuple[str, float]:
@@ -149,6 +164,21 @@ def _delay(item: str) -> tuple[str, float]:
     help="Publish ResourceSlices for this node's devices.",
 )
 @click.option(
+    "--feature-gate",
+    "feature_gates",
+    multiple=True,
+    metavar="GATE=true|false",
+    help="A DRA feature gate the cluster sets differently from its release's default "
+    "(e.g. DRADeviceTaints=true on 1.35); decides which optional device fields are published.",
+)
+@click.option(
+    "--unhealthy-taint-effect",
+    type=click.Choice(["NoSchedule", "NoExecute", "None", "off"]),
+    default="NoSchedule",
+    show_default=True,
+    help="Taint put on devices the backend reports unhealthy (clusters serving device taints).",
+)
+@click.option(
     "--prepare-delay",
     "prepare_delay",
     multiple=True,
@@ -182,6 +212,8 @@ def command(
     metrics_port: int | None,
     stale_claim_grace: float,
     prepare_delay: tuple[str, ...],
+    feature_gates: tuple[str, ...],
+    unhealthy_taint_effect: str,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -217,6 +249,10 @@ def command(
         gpus=gpus,
         api=api,
         publish=publish,
+        publisher=PublisherSettings(
+            feature_gates=dict(_gate(item) for item in feature_gates),
+            unhealthy_taint_effect=_TAINT_EFFECTS[unhealthy_taint_effect],
+        ),
         prepare_delay=tuple(_delay(item) for item in prepare_delay),
     )
     try:

@@ -17,11 +17,14 @@ from dralet import errors, kubenames
 
 __all__ = [
     "MAX_ATTRIBUTES_AND_CAPACITIES",
+    "MAX_COUNTER_SETS_PER_SLICE",
     "MAX_DEVICES_PER_SLICE",
+    "MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS",
     "InvalidDeviceError",
     "NodeOwner",
     "PoolPlan",
     "SliceWrite",
+    "counter_set_problems",
     "device_problems",
     "dns_subdomain_problems",
     "driver_name_problems",
@@ -35,6 +38,21 @@ __all__ = [
 
 MAX_DEVICES_PER_SLICE = 128
 """Devices one ResourceSlice may hold (ResourceSliceMaxDevices)."""
+MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS = 64
+"""Devices a slice may hold when any of them has taints or consumes counters (Kubernetes
+1.35+, ``ResourceSliceMaxDevicesWithTaintsOrConsumesCounters``; kubernetes/kubernetes
+``pkg/apis/resource/validation/validation.go`` validateResourceSliceSpec)."""
+MAX_COUNTER_SETS_PER_SLICE = 8
+"""``ResourceSliceMaxCounterSets`` (1.35+)."""
+MAX_COUNTERS_PER_SET = 32
+"""``ResourceSliceMaxCountersPerCounterSet`` (1.35+)."""
+MAX_COUNTER_CONSUMPTIONS_PER_DEVICE = 2
+"""``ResourceSliceMaxDeviceCounterConsumptionsPerDevice`` (1.35+)."""
+MAX_TAINTS_PER_DEVICE = 16
+"""``DeviceTaintsMaxLength``: 4 in 1.33/1.34, 16 from 1.35."""
+MAX_BINDING_CONDITIONS = 4
+"""``BindingConditionsMaxSize`` and ``BindingFailureConditionsMaxSize``."""
+TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute", "None"})
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 """Attributes plus capacities one device may have."""
 MAX_VALUE_LENGTH = 64
@@ -154,6 +172,71 @@ def device_problems(device: Mapping[str, Any]) -> list[str]:
     for key, value in capacity.items():
         problems += [f"{where}: {p}" for p in qualified_name_problems(key)]
         problems += [f"{where}: {p}" for p in quantity_problems(key, (value or {}).get("value"))]
+        if (value or {}).get("requestPolicy") and not device.get("allowMultipleAllocations"):
+            problems.append(
+                f"{where}: capacity {key!r} has a requestPolicy, which needs "
+                "allowMultipleAllocations"
+            )
+    problems += [f"{where}: {p}" for p in _taint_problems(device.get("taints") or [])]
+    problems += [
+        f"{where}: {p}" for p in _consumption_problems(device.get("consumesCounters") or [])
+    ]
+    for key in ("bindingConditions", "bindingFailureConditions"):
+        if len(device.get(key) or []) > MAX_BINDING_CONDITIONS:
+            problems.append(f"{where}: more than {MAX_BINDING_CONDITIONS} {key}")
+    if (device.get("bindingConditions") or device.get("bindingFailureConditions")) and not (
+        device.get("bindingConditions") and device.get("bindingFailureConditions")
+    ):
+        problems.append(f"{where}: bindingConditions and bindingFailureConditions go together")
+    return problems
+
+
+def _taint_problems(taints: Sequence[Mapping[str, Any]]) -> list[str]:
+    problems = []
+    if len(taints) > MAX_TAINTS_PER_DEVICE:
+        problems.append(f"{len(taints)} taints; at most {MAX_TAINTS_PER_DEVICE}")
+    for taint in taints:
+        key = str(taint.get("key") or "")
+        problem = kubenames.qualified_name_problem(key) if key else "must not be empty"
+        if problem is not None:
+            problems.append(f"taint key {key!r}: {problem}")
+        if taint.get("effect") not in TAINT_EFFECTS:
+            problems.append(
+                f"taint {key!r}: effect {taint.get('effect')!r} is not one of "
+                f"{', '.join(sorted(TAINT_EFFECTS))}"
+            )
+    return problems
+
+
+def _consumption_problems(consumptions: Sequence[Mapping[str, Any]]) -> list[str]:
+    problems = []
+    if len(consumptions) > MAX_COUNTER_CONSUMPTIONS_PER_DEVICE:
+        problems.append(
+            f"consumes {len(consumptions)} counter sets; at most "
+            f"{MAX_COUNTER_CONSUMPTIONS_PER_DEVICE}"
+        )
+    for consumption in consumptions:
+        problems += counter_set_problems(
+            str(consumption.get("counterSet") or ""), consumption.get("counters") or {}
+        )
+    return problems
+
+
+def counter_set_problems(name: str, counters: Mapping[str, Any]) -> list[str]:
+    """A counter set (or a device's use of one): DNS-label names, at most 32 quantities."""
+    problems = []
+    problem = kubenames.dns_label_problem(name) if name else "must not be empty"
+    if problem is not None:
+        problems.append(f"counter set {name!r}: {problem}")
+    if not counters:
+        problems.append(f"counter set {name!r}: has no counters")
+    if len(counters) > MAX_COUNTERS_PER_SET:
+        problems.append(f"counter set {name!r}: more than {MAX_COUNTERS_PER_SET} counters")
+    for counter, value in counters.items():
+        problem = kubenames.dns_label_problem(counter)
+        if problem is not None:
+            problems.append(f"counter {name}/{counter}: {problem}")
+        problems += quantity_problems(f"{name}/{counter}", (value or {}).get("value"))
     return problems
 
 
@@ -168,14 +251,20 @@ def slice_spec(
     node: NodeOwner,
     generation: int,
     count: int,
+    shared_counters: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The canonical ``spec`` of one slice of a node-local pool."""
-    return {
+    """The canonical ``spec`` of one slice of a node-local pool: its devices, or (from
+    Kubernetes 1.35 a slice holds one or the other) its shared counter sets."""
+    spec: dict[str, Any] = {
         "driver": driver,
         "nodeName": node.name,
         "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
-        "devices": [dict(d) for d in devices],
     }
+    if shared_counters:
+        spec["sharedCounters"] = [dict(c) for c in shared_counters]
+    else:
+        spec["devices"] = [dict(d) for d in devices]
+    return spec
 
 
 def slice_object(spec: Mapping[str, Any], *, driver: str, node: NodeOwner) -> dict[str, Any]:
@@ -224,8 +313,12 @@ class PoolPlan:
     writes: tuple[SliceWrite, ...]
 
 
-def _devices_of(slice_: Mapping[str, Any]) -> list[Any]:
-    return list((slice_.get("spec") or {}).get("devices") or [])
+def _content(spec: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+    return list(spec.get("devices") or []), list(spec.get("sharedCounters") or [])
+
+
+def _content_of(slice_: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+    return _content(_comparable(slice_.get("spec") or {}))
 
 
 def _pool_of(slice_: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -240,9 +333,11 @@ def plan_pool(
     pool: str,
     node: NodeOwner,
     last_generation: int | None,
+    counter_chunks: Sequence[Sequence[Mapping[str, Any]]] = (),
 ) -> PoolPlan:
     """The writes that turn ``actual`` (canonical slices of this node and driver) into
-    the desired pool ``chunks``; none when they already match.
+    the desired pool ``chunks`` (of devices) and ``counter_chunks`` (of shared counter
+    sets, each published in a slice of its own); none when they already match.
 
     Slices of other pools of this node and driver are deleted. The generation stays
     when the live slices still describe the desired pool (some may be missing: they are
@@ -255,14 +350,26 @@ def plan_pool(
         for s in actual
         if _pool_of(s).get("name") != pool
     ]
-    count = len(chunks)
+    count = len(chunks) + len(counter_chunks)
     generations = [int(_pool_of(s).get("generation") or 0) for s in ours]
     newest = max([*generations, -1 if last_generation is None else last_generation])
     current = [s for s in ours if int(_pool_of(s).get("generation") or 0) == newest]
-    wanted = [
-        slice_spec(c, driver=driver, pool=pool, node=node, generation=newest, count=count)
-        for c in chunks
-    ]
+
+    def specs_at(generation: int) -> list[dict[str, Any]]:
+        def spec(devices: Sequence[Any], counters: Sequence[Any] = ()) -> dict[str, Any]:
+            return slice_spec(
+                devices,
+                shared_counters=counters,
+                driver=driver,
+                pool=pool,
+                node=node,
+                generation=generation,
+                count=count,
+            )
+
+        return [spec((), c) for c in counter_chunks] + [spec(c) for c in chunks]
+
+    wanted = specs_at(newest)
     unmatched_wanted = list(wanted)
     unmatched_actual: list[Mapping[str, Any]] = []
     for existing in current:
@@ -277,14 +384,11 @@ def plan_pool(
         writes += [SliceWrite("create", spec=s) for s in unmatched_wanted]
         return PoolPlan(newest, tuple(writes))
     generation = newest + 1
-    specs = [
-        slice_spec(c, driver=driver, pool=pool, node=node, generation=generation, count=count)
-        for c in chunks
-    ]
-    # Reuse existing slices (those holding the same devices first) before creating.
+    specs = specs_at(generation)
+    # Reuse existing slices (those holding the same content first) before creating.
     reusable = list(ours)
     for spec in specs:
-        match = next((s for s in reusable if _devices_of(s) == spec["devices"]), None)
+        match = next((s for s in reusable if _content_of(s) == _content(spec)), None)
         if match is None and reusable:
             match = reusable[0]
         if match is None:
@@ -301,7 +405,7 @@ def plan_pool(
 def _comparable(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A live slice's spec with only the fields dralet writes, for comparison."""
     pool = spec.get("pool") or {}
-    return {
+    comparable: dict[str, Any] = {
         "driver": spec.get("driver"),
         "nodeName": spec.get("nodeName"),
         "pool": {
@@ -309,8 +413,22 @@ def _comparable(spec: Mapping[str, Any]) -> dict[str, Any]:
             "generation": pool.get("generation"),
             "resourceSliceCount": pool.get("resourceSliceCount"),
         },
-        "devices": list(spec.get("devices") or []),
     }
+    if spec.get("sharedCounters"):
+        comparable["sharedCounters"] = list(spec["sharedCounters"])
+    else:
+        comparable["devices"] = [_without_server_fields(d) for d in spec.get("devices") or []]
+    return comparable
+
+
+def _without_server_fields(device: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A live device without what the server adds on its own (a taint's ``timeAdded``)."""
+    taints = device.get("taints")
+    if not taints:
+        return device
+    plain = dict(device)
+    plain["taints"] = [{k: v for k, v in t.items() if k != "timeAdded"} for t in taints]
+    return plain
 
 
 def _name(slice_: Mapping[str, Any]) -> str:

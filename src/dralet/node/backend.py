@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NewType, Protocol, runtime_checkable
 
 from dralet.cdi.spec import ContainerEdits
+from dralet.node.devices import AttributeValue, Device, Version
 
 __all__ = [
     "AllocatedDevice",
@@ -30,29 +31,6 @@ __all__ = [
 ]
 
 ClaimUID = NewType("ClaimUID", str)
-
-
-@dataclass(frozen=True)
-class Version:
-    """A semantic-version attribute value (``version`` in the ResourceSlice API)."""
-
-    value: str
-
-
-AttributeValue = bool | int | str | Version
-
-
-@dataclass(frozen=True)
-class Device:
-    """One device as published in a ResourceSlice.
-
-    ``attributes`` and ``capacity`` keys are either plain (``model``) or qualified with
-    a domain (``gpu.example.com/model``); capacity values are Kubernetes quantities.
-    """
-
-    name: str
-    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
-    capacity: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
 """The ResourceSlice publisher: this node's devices, kept published in the API server.
 
 From the backend's devices it builds the desired slices of the node's pool (pure:
-``build_pool`` here, ``dralet.kube.slices.plan_pool`` for the diff), compares them with
-the live slices of this node and driver, and writes only the difference: slices the
-kubelet deleted (it deletes all of its node's slices when it starts) are re-created,
-a change of devices publishes the pool at a new generation, and nothing is written when
-nothing changed. ``run()`` follows the slices with a watch and reconciles on every
-change that is not its own write, on ``trigger()`` and every ``resync_period``.
+``dralet.node.published.build_pool``, then ``dralet.kube.slices.plan_pool`` for the
+diff), compares them with the live slices of this node and driver, and writes only
+the difference: slices the kubelet deleted (it deletes all of its node's slices when it
+starts) are re-created, a change of devices publishes the pool at a new generation, and
+nothing is written when nothing changed. ``run()`` follows the slices with a watch and
+reconciles on every change that is not its own write, on ``trigger()``, on a change of
+device health (health taints) and every ``resync_period``.
 
 Start it as a named background task with ``start()`` (or spawn ``run()`` yourself) and
 stop it with ``stop()``; cancellation is always re-raised and no task outlives it.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,14 +26,15 @@ from typing import Any
 import aiohttp
 
 from dralet import errors
-from dralet.kube import resources, shapes, slices, status, versions, watching
+from dralet.kube import features, resources, shapes, slices, status, versions, watching
 from dralet.kube.client import KubeClient
 from dralet.kube.events import NodeEvents
 from dralet.kube.inventory import slice_field_selector
 from dralet.metrics import DriverMetrics
-from dralet.node.backend import Device, DeviceBackend, Version
+from dralet.node import devices, published
+from dralet.node.backend import DeviceBackend, HealthStatus
 
-__all__ = ["BuiltPool", "PublisherSettings", "SlicePublisher", "build_pool", "device_to_json"]
+__all__ = ["PublisherSettings", "SlicePublisher"]
 
 log = logging.getLogger(__name__)
 
@@ -51,66 +54,15 @@ class PublisherSettings:
     404: the slice went away since it was listed)."""
     task_name: str = "dralet-publisher"
     """Name prefix of the background tasks (the watch task adds ``:watch``)."""
-
-
-def device_to_json(device: Device) -> dict[str, Any]:
-    """A backend ``Device`` as a canonical (v1-shaped) ResourceSlice device."""
-    attributes: dict[str, Any] = {}
-    for key, value in sorted(device.attributes.items()):
-        if isinstance(value, Version):
-            attributes[key] = {"version": value.value}
-        elif isinstance(value, bool):
-            attributes[key] = {"bool": value}
-        elif isinstance(value, int):
-            attributes[key] = {"int": value}
-        else:
-            attributes[key] = {"string": value}
-    out: dict[str, Any] = {"name": device.name}
-    if attributes:
-        out["attributes"] = attributes
-    if device.capacity:
-        out["capacity"] = {k: {"value": str(v)} for k, v in sorted(device.capacity.items())}
-    return out
-
-
-@dataclass(frozen=True)
-class BuiltPool:
-    """The slices to publish, and the devices left out because the API server would refuse them."""
-
-    chunks: tuple[tuple[dict[str, Any], ...], ...]
-    """Canonical JSON devices cut into slices of at most 128; an empty pool is one empty slice."""
-    skipped: tuple[str, ...] = ()
-    """One line per device left out, naming it and every problem it has."""
-
-
-def build_pool(devices: Sequence[Device], *, driver: str, pool: str, node_name: str) -> BuiltPool:
-    """The pool's devices in canonical JSON, cut into slices of at most 128 devices.
-
-    A device the API server would refuse is left out (and named in ``skipped``); the rest
-    are still published. Raises ``slices.InvalidDeviceError`` only when nothing can be
-    published: the driver, pool or node name would be refused. An empty pool is one empty
-    slice, so consumers see that the node offers nothing.
-    """
-    problems = slices.driver_name_problems(driver) + slices.pool_name_problems(pool)
-    problems += slices.node_name_problems(node_name)
-    if problems:
-        raise slices.InvalidDeviceError(problems)
-    seen: set[str] = set()
-    converted = []
-    skipped = []
-    for device in devices:
-        as_json = device_to_json(device)
-        device_problems = slices.device_problems(as_json)
-        if device.name in seen:
-            device_problems.append(f"device {device.name!r} is listed twice")
-        if device_problems:
-            skipped.append("; ".join(device_problems))
-            continue
-        seen.add(device.name)
-        converted.append(as_json)
-    size = slices.MAX_DEVICES_PER_SLICE
-    chunks = [tuple(converted[i : i + size]) for i in range(0, len(converted), size)]
-    return BuiltPool(chunks=tuple(chunks) or ((),), skipped=tuple(skipped))
+    feature_gates: Mapping[str, bool] = dataclasses.field(default_factory=dict)
+    """DRA feature gates the cluster sets differently from its release's default (e.g.
+    ``{"DRADeviceTaints": True}`` on a 1.35 cluster that enables the alpha gate); they
+    decide which optional device fields are published."""
+    unhealthy_taint_effect: devices.TaintEffect | None = "NoSchedule"
+    """Effect of the ``<driver>/unhealthy`` taint put on a device the backend reports
+    unhealthy, where the cluster serves device taints; None publishes no health taint."""
+    health_poll_period: float = 5.0
+    """How often the backend's health is read to update the health taints."""
 
 
 class SlicePublisher:
@@ -148,6 +100,9 @@ class SlicePublisher:
         self._own_versions: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._reported_skips: tuple[str, ...] = ()
+        self._reported_unserved: frozenset[str] = frozenset()
+        self._served: frozenset[str] | None = None
+        self._unhealthy: frozenset[str] = frozenset()
         self.reconciles = 0
         """Completed reconciles (for tests and the audit)."""
 
@@ -207,9 +162,21 @@ class SlicePublisher:
         version = await self.api_version()
         resource = resources.resource_slices(version)
         owner = await self._owner()
-        devices = await self.backend.devices()
-        built = build_pool(devices, driver=self.driver, pool=self.pool, node_name=self.node_name)
+        served = await self.served_features()
+        counter_sets: Sequence[devices.CounterSet] = ()
+        if isinstance(self.backend, devices.CounterSetSource):
+            counter_sets = await self.backend.counter_sets()
+        built = published.build_pool(
+            await self.backend.devices(),
+            driver=self.driver,
+            pool=self.pool,
+            node_name=self.node_name,
+            counter_sets=counter_sets,
+            served=served,
+            extra_taints=await self._health_taints(served),
+        )
         await self._report_skipped(built.skipped)
+        self._report_unserved(built.unserved)
         chunks = built.chunks
         listed = await self.client.list(resource, field_selector=self._field_selector())
         actual = [shapes.from_version(item, version) for item in listed.get("items") or []]
@@ -220,6 +187,7 @@ class SlicePublisher:
             pool=self.pool,
             node=owner,
             last_generation=self._generation,
+            counter_chunks=built.counter_chunks,
         )
         for write in plan.writes:
             await self._carry_out(write, resource, owner)
@@ -259,6 +227,45 @@ class SlicePublisher:
         if self.metrics is not None:
             self.metrics.slice_publishes.labels(verb=write.verb).inc()
 
+    async def served_features(self) -> frozenset[str]:
+        """The optional slice features this cluster serves (read once from ``/version``)."""
+        if self._served is None:
+            server: tuple[int, int] | None = None
+            try:
+                server = features.parse_server_version(await self.client.request("GET", "/version"))
+            except status.ApiError as error:
+                log.warning("cannot read the server version (%s): no optional device fields", error)
+            self._served = features.served_features(server, self.settings.feature_gates)
+            log.info(
+                "cluster %s serves: %s",
+                f"Kubernetes {server[0]}.{server[1]}" if server else "of unknown version",
+                ", ".join(sorted(self._served)) or "no optional device fields",
+            )
+        return self._served
+
+    async def _health_taints(self, served: frozenset[str]) -> dict[str, devices.DeviceTaint]:
+        effect = self.settings.unhealthy_taint_effect
+        if effect is None or "DRADeviceTaints" not in served:
+            return {}
+        health = await self.backend.health()
+        unhealthy = sorted(n for n, h in health.items() if h.status is HealthStatus.UNHEALTHY)
+        self._unhealthy = frozenset(unhealthy)
+        taint = devices.DeviceTaint(key=f"{self.driver}/unhealthy", effect=effect)
+        return dict.fromkeys(unhealthy, taint)
+
+    def _report_unserved(self, unserved: frozenset[str]) -> None:
+        """One log line per feature a device asks for that the cluster does not serve."""
+        for gate in sorted(unserved - self._reported_unserved):
+            what = next(f.what for f in features.FEATURES if f.gate == gate)
+            log.warning(
+                "devices of pool %s use %s, which this cluster does not serve (feature gate "
+                "%s off): published without them",
+                self.pool,
+                what,
+                gate,
+            )
+        self._reported_unserved = unserved
+
     async def _report_skipped(self, skipped: tuple[str, ...]) -> None:
         """Say once, per change, which devices are left out and why (log line and Event)."""
         if skipped == self._reported_skips:
@@ -285,6 +292,8 @@ class SlicePublisher:
         """Reconcile for ever: on slice changes, on ``trigger()`` and every resync period."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self._follow_slices(), name=f"{self.settings.task_name}:watch")
+            if self.settings.unhealthy_taint_effect is not None:
+                group.create_task(self._follow_health(), name=f"{self.settings.task_name}:health")
             await self._reconcile_forever()
 
     def start(self) -> asyncio.Task[None]:
@@ -329,6 +338,25 @@ class SlicePublisher:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._wake.wait()
+
+    async def _follow_health(self) -> None:
+        """Reconcile when the set of unhealthy devices changes (their taints change)."""
+        while True:
+            await asyncio.sleep(self.settings.health_poll_period)
+            if "DRADeviceTaints" not in (self._served or frozenset()):
+                continue
+            try:
+                health = await self.backend.health()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # noqa: BLE001 - a backend's health failure must not stop publishing
+                log.warning("reading device health failed: %s", error)
+                continue
+            unhealthy = frozenset(
+                n for n, h in health.items() if h.status is HealthStatus.UNHEALTHY
+            )
+            if unhealthy != self._unhealthy:
+                self._wake.set()
 
     async def _follow_slices(self) -> None:
         failures = 0

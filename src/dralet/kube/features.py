@@ -1,0 +1,124 @@
+"""Which optional ResourceSlice fields a cluster serves, by release and feature gate.
+
+A field behind a feature gate that is off is dropped by the API server without an
+error, so a driver that writes it would publish something else than it meant and, since
+the live slice then differs from the wanted one, rewrite its slices for ever. The
+publisher therefore writes such a field only where the release enables its gate by
+default, or where the operator says the cluster enables it.
+
+Gates and their default-on release: kubernetes/kubernetes ``pkg/features/kube_features.go``
+(release-1.36: DRADeviceTaints, DRAPartitionableDevices, DRAConsumableCapacity and
+DRADeviceBindingConditions go beta and on by default in 1.36; all four are alpha, off, in
+1.33-1.35). Field names: kubernetes/api ``resource/v1/types.go``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "FEATURES",
+    "Feature",
+    "parse_server_version",
+    "served_features",
+    "strip_device",
+]
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One optional group of ResourceSlice fields and the gate that serves it."""
+
+    gate: str
+    on_by_default_since: tuple[int, int]
+    device_fields: tuple[str, ...] = ()
+    capacity_fields: tuple[str, ...] = ()
+    spec_fields: tuple[str, ...] = ()
+    what: str = ""
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature(
+        gate="DRADeviceTaints",
+        on_by_default_since=(1, 36),
+        device_fields=("taints",),
+        what="device taints",
+    ),
+    Feature(
+        gate="DRAPartitionableDevices",
+        on_by_default_since=(1, 36),
+        device_fields=("consumesCounters",),
+        spec_fields=("sharedCounters",),
+        what="shared counters (partitionable devices)",
+    ),
+    Feature(
+        gate="DRAConsumableCapacity",
+        on_by_default_since=(1, 36),
+        device_fields=("allowMultipleAllocations",),
+        capacity_fields=("requestPolicy",),
+        what="consumable capacity",
+    ),
+    Feature(
+        gate="DRADeviceBindingConditions",
+        on_by_default_since=(1, 36),
+        device_fields=("bindsToNode", "bindingConditions", "bindingFailureConditions"),
+        what="binding conditions",
+    ),
+)
+
+_MINOR = re.compile(r"\d+")
+
+
+def parse_server_version(version_info: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(major, minor) from the server's ``/version`` answer; None if it cannot be read.
+
+    Managed clusters report minors such as ``"34+"``: the digits are what counts.
+    """
+    major = _MINOR.match(str(version_info.get("major") or ""))
+    minor = _MINOR.match(str(version_info.get("minor") or ""))
+    if major is None or minor is None:
+        return None
+    return int(major.group()), int(minor.group())
+
+
+def served_features(
+    server: tuple[int, int] | None, gates: Mapping[str, bool] | None = None
+) -> frozenset[str]:
+    """The gates of ``FEATURES`` the cluster serves: on by default in its release, unless
+    ``gates`` (what the operator says the cluster sets) says otherwise."""
+    served = set()
+    for feature in FEATURES:
+        explicit = (gates or {}).get(feature.gate)
+        if explicit is None:
+            on = server is not None and server >= feature.on_by_default_since
+        else:
+            on = explicit
+        if on:
+            served.add(feature.gate)
+    return frozenset(served)
+
+
+def strip_device(
+    device: Mapping[str, Any], served: frozenset[str]
+) -> tuple[dict[str, Any], set[str]]:
+    """``device`` (canonical JSON) without the fields of features the cluster does not
+    serve, and the gates of the features that were removed."""
+    out = copy.deepcopy(dict(device))
+    removed: set[str] = set()
+    for feature in FEATURES:
+        if feature.gate in served:
+            continue
+        for name in feature.device_fields:
+            if name in out:
+                del out[name]
+                removed.add(feature.gate)
+        for capacity in (out.get("capacity") or {}).values():
+            for name in feature.capacity_fields:
+                if isinstance(capacity, dict) and name in capacity:
+                    del capacity[name]
+                    removed.add(feature.gate)
+    return out, removed

@@ -1,0 +1,137 @@
+"""The devices a backend publishes, as values: attributes, capacity, taints, counters.
+
+Everything here is what one ``Device`` of a ResourceSlice can say (resource.k8s.io/v1
+``Device``, kubernetes/api ``resource/v1/types.go``). Fields that newer Kubernetes
+releases added are optional; the publisher writes each only to a cluster that serves it
+(``dralet.kube.features``) and says so in one log line when it must leave one out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "AttributeValue",
+    "Capacity",
+    "CounterConsumption",
+    "CounterSet",
+    "CounterSetSource",
+    "Device",
+    "DeviceTaint",
+    "QuantityRange",
+    "RequestPolicy",
+    "TaintEffect",
+    "Version",
+]
+
+
+@dataclass(frozen=True)
+class Version:
+    """A semantic-version attribute value (``version`` in the ResourceSlice API)."""
+
+    value: str
+
+
+AttributeValue = bool | int | str | Version
+
+TaintEffect = Literal["NoSchedule", "NoExecute", "None"]
+"""``None`` (no effect, informational) is accepted from Kubernetes 1.35
+(KEP-5055 revision 2; kubernetes/api ``resource/v1/types.go`` DeviceTaintEffectNone)."""
+
+
+@dataclass(frozen=True)
+class DeviceTaint:
+    """A taint on a device: the scheduler allocates it only to claims that tolerate it."""
+
+    key: str
+    """A qualified name, e.g. ``gpu.example.com/unhealthy``."""
+    effect: TaintEffect
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class QuantityRange:
+    """The amounts a request may consume of a shared capacity: ``min`` up to ``max`` in
+    steps of ``step`` (``CapacityRequestPolicyRange``)."""
+
+    min: str
+    max: str | None = None
+    step: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestPolicy:
+    """How much of a capacity one allocation of a shared device may take
+    (``CapacityRequestPolicy``): ``default`` when a request names no amount, and either
+    a list of ``valid_values`` (ascending, at most 10, containing the default) or a
+    ``valid_range``. Only for devices with ``allow_multiple_allocations``."""
+
+    default: str
+    valid_values: tuple[str, ...] = ()
+    valid_range: QuantityRange | None = None
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """A capacity with a request policy (consumable capacity, Kubernetes 1.34 alpha,
+    1.36 beta). A plain quantity string is enough where no policy is needed."""
+
+    value: str
+    request_policy: RequestPolicy | None = None
+
+
+@dataclass(frozen=True)
+class CounterSet:
+    """Counters that partitions of one physical device share (partitionable devices):
+    published once per pool in a slice of its own, e.g. a GPU's memory slices."""
+
+    name: str
+    """A DNS label, unique in the pool."""
+    counters: Mapping[str, str]
+    """Counter name (DNS label) → the quantity available."""
+
+
+@dataclass(frozen=True)
+class CounterConsumption:
+    """What a device takes from one counter set when it is allocated."""
+
+    counter_set: str
+    counters: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device as published in a ResourceSlice.
+
+    ``attributes`` and ``capacity`` keys are either plain (``model``) or qualified with
+    a domain (``gpu.example.com/model``); capacity values are Kubernetes quantities, or
+    ``Capacity`` where a request policy applies.
+    """
+
+    name: str
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    capacity: Mapping[str, str | Capacity] = field(default_factory=dict)
+    taints: tuple[DeviceTaint, ...] = ()
+    """At most 16 (Kubernetes 1.35+; 4 before)."""
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    """At most 2 counter sets per device (Kubernetes 1.35+)."""
+    allow_multiple_allocations: bool = False
+    """Several claims may be allocated this device at once, each consuming part of its
+    capacity (consumable capacity); the kubelet then sends a ``share_id`` per claim."""
+    binds_to_node: bool = False
+    binding_conditions: tuple[str, ...] = ()
+    """Conditions a controller must set on the claim's device status before the pod is
+    bound (binding conditions, Kubernetes 1.34 alpha, 1.36 beta); at most 4."""
+    binding_failure_conditions: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class CounterSetSource(Protocol):
+    """Implemented by a backend whose devices share counters (partitionable devices):
+    the publisher publishes these sets in slices of their own, next to the devices."""
+
+    async def counter_sets(self) -> Sequence[CounterSet]:
+        """Every counter set of this node's pool, in a stable order."""
+        ...

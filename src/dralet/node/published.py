@@ -1,0 +1,182 @@
+"""The pool as it is published: a backend's devices and counter sets as ResourceSlice JSON.
+
+Pure: ``build_pool`` turns what the backend lists into the canonical (v1-shaped) content
+of the pool's slices, leaving out what the API server would refuse and what the cluster
+does not serve; ``dralet.kube.slices.plan_pool`` then diffs it against the live slices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dralet.kube import features, slices
+from dralet.node import devices
+from dralet.node.devices import Device, Version
+
+__all__ = ["BuiltPool", "build_pool", "counter_set_to_json", "device_to_json"]
+
+
+def device_to_json(device: Device) -> dict[str, Any]:
+    """A backend ``Device`` as a canonical (v1-shaped) ResourceSlice device."""
+    attributes: dict[str, Any] = {}
+    for key, value in sorted(device.attributes.items()):
+        if isinstance(value, Version):
+            attributes[key] = {"version": value.value}
+        elif isinstance(value, bool):
+            attributes[key] = {"bool": value}
+        elif isinstance(value, int):
+            attributes[key] = {"int": value}
+        else:
+            attributes[key] = {"string": value}
+    out: dict[str, Any] = {"name": device.name}
+    if attributes:
+        out["attributes"] = attributes
+    if device.capacity:
+        out["capacity"] = {k: _capacity_to_json(v) for k, v in sorted(device.capacity.items())}
+    if device.taints:
+        out["taints"] = [_taint_to_json(t) for t in device.taints]
+    if device.consumes_counters:
+        out["consumesCounters"] = [
+            {"counterSet": c.counter_set, "counters": _counters_to_json(c.counters)}
+            for c in device.consumes_counters
+        ]
+    if device.allow_multiple_allocations:
+        out["allowMultipleAllocations"] = True
+    if device.binds_to_node:
+        out["bindsToNode"] = True
+    if device.binding_conditions:
+        out["bindingConditions"] = list(device.binding_conditions)
+    if device.binding_failure_conditions:
+        out["bindingFailureConditions"] = list(device.binding_failure_conditions)
+    return out
+
+
+def _capacity_to_json(capacity: str | devices.Capacity) -> dict[str, Any]:
+    if not isinstance(capacity, devices.Capacity):
+        return {"value": str(capacity)}
+    out: dict[str, Any] = {"value": capacity.value}
+    policy = capacity.request_policy
+    if policy is not None:
+        json_policy: dict[str, Any] = {"default": policy.default}
+        if policy.valid_values:
+            json_policy["validValues"] = list(policy.valid_values)
+        if policy.valid_range is not None:
+            bounds = {"min": policy.valid_range.min}
+            if policy.valid_range.max is not None:
+                bounds["max"] = policy.valid_range.max
+            if policy.valid_range.step is not None:
+                bounds["step"] = policy.valid_range.step
+            json_policy["validRange"] = bounds
+        out["requestPolicy"] = json_policy
+    return out
+
+
+def _taint_to_json(taint: devices.DeviceTaint) -> dict[str, Any]:
+    out = {"key": taint.key, "effect": taint.effect}
+    if taint.value:
+        out["value"] = taint.value
+    return out
+
+
+def _counters_to_json(counters: Mapping[str, str]) -> dict[str, Any]:
+    return {name: {"value": str(value)} for name, value in sorted(counters.items())}
+
+
+def counter_set_to_json(counter_set: devices.CounterSet) -> dict[str, Any]:
+    """A ``CounterSet`` as canonical ResourceSlice ``sharedCounters`` JSON."""
+    return {"name": counter_set.name, "counters": _counters_to_json(counter_set.counters)}
+
+
+@dataclass(frozen=True)
+class BuiltPool:
+    """The slices to publish, and what was left out because the API server would refuse it
+    or the cluster does not serve it."""
+
+    chunks: tuple[tuple[dict[str, Any], ...], ...]
+    """Canonical JSON devices cut into slices; an empty pool is one empty slice."""
+    counter_chunks: tuple[tuple[dict[str, Any], ...], ...] = ()
+    """Shared counter sets, at most 8 per slice, each slice holding no devices."""
+    skipped: tuple[str, ...] = ()
+    """One line per device or counter set left out, naming it and every problem it has."""
+    unserved: frozenset[str] = frozenset()
+    """Feature gates of fields the backend asked for that the cluster does not serve."""
+
+
+def build_pool(
+    backend_devices: Sequence[Device],
+    *,
+    driver: str,
+    pool: str,
+    node_name: str,
+    counter_sets: Sequence[devices.CounterSet] = (),
+    served: frozenset[str] | None = None,
+    extra_taints: Mapping[str, devices.DeviceTaint] | None = None,
+) -> BuiltPool:
+    """The pool's devices and counter sets in canonical JSON, cut into slices.
+
+    Fields of features the cluster does not serve (``served``, gate names of
+    ``dralet.kube.features``; None = all) are left out, and named in ``unserved``. A device
+    or counter set the API server would refuse is left out (and named in ``skipped``);
+    the rest are still published. A slice holds at most 128 devices, 64 when any of them
+    has taints or consumes counters. ``extra_taints`` adds one taint to the devices it
+    names (the health taint). Raises ``slices.InvalidDeviceError`` only when nothing can
+    be published: the driver, pool or node name would be refused.
+    """
+    problems = slices.driver_name_problems(driver) + slices.pool_name_problems(pool)
+    problems += slices.node_name_problems(node_name)
+    if problems:
+        raise slices.InvalidDeviceError(problems)
+    unserved: set[str] = set()
+    skipped: list[str] = []
+    counters: list[dict[str, Any]] = []
+    if counter_sets and served is not None and "DRAPartitionableDevices" not in served:
+        unserved.add("DRAPartitionableDevices")
+    else:
+        names: set[str] = set()
+        for counter_set in counter_sets:
+            as_json = counter_set_to_json(counter_set)
+            set_problems = slices.counter_set_problems(counter_set.name, as_json["counters"])
+            if counter_set.name in names:
+                set_problems.append(f"counter set {counter_set.name!r} is listed twice")
+            if set_problems:
+                skipped.append("; ".join(set_problems))
+                continue
+            names.add(counter_set.name)
+            counters.append(as_json)
+    seen: set[str] = set()
+    converted = []
+    for device in backend_devices:
+        if extra_taints and device.name in extra_taints:
+            device = dataclasses.replace(device, taints=(*device.taints, extra_taints[device.name]))
+        as_json = device_to_json(device)
+        if served is not None:
+            as_json, removed = features.strip_device(as_json, served)
+            unserved |= removed
+        device_problems = slices.device_problems(as_json)
+        if device.name in seen:
+            device_problems.append(f"device {device.name!r} is listed twice")
+        if device_problems:
+            skipped.append("; ".join(device_problems))
+            continue
+        seen.add(device.name)
+        converted.append(as_json)
+    advanced = any(d.get("taints") or d.get("consumesCounters") for d in converted)
+    size = (
+        slices.MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
+        if advanced
+        else slices.MAX_DEVICES_PER_SLICE
+    )
+    chunks = [tuple(converted[i : i + size]) for i in range(0, len(converted), size)]
+    per_slice = slices.MAX_COUNTER_SETS_PER_SLICE
+    counter_chunks = [
+        tuple(counters[i : i + per_slice]) for i in range(0, len(counters), per_slice)
+    ]
+    return BuiltPool(
+        chunks=tuple(chunks) or ((),),
+        counter_chunks=tuple(counter_chunks),
+        skipped=tuple(skipped),
+        unserved=frozenset(unserved),
+    )

@@ -1,0 +1,250 @@
+"""Publishing what 1.36+ clusters use: taints, shared counters, consumable capacity,
+binding conditions and health taints, and only where the cluster serves them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from dralet import kube
+from dralet.node import devices
+from dralet.node.backend import DeviceHealth, HealthStatus
+from dralet.node.devices import (
+    Capacity,
+    CounterConsumption,
+    CounterSet,
+    Device,
+    DeviceTaint,
+    QuantityRange,
+    RequestPolicy,
+)
+from dralet.node.published import build_pool, device_to_json
+from dralet.node.publisher import PublisherSettings, SlicePublisher
+from dralet.testing.apiserver import ApiServer
+from tests.kubeobjects import node
+from tests.publisher.test_publisher import DRIVER, NODE, FakeBackend, live
+
+ALL = frozenset({"DRADeviceTaints", "DRAPartitionableDevices", "DRAConsumableCapacity"})
+
+
+class PartitionedGPU(FakeBackend):
+    """One GPU's memory shared by MIG-like partitions: a counter set and devices using it."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.listed = [
+            Device(
+                name=f"gpu-0-mig-{i}",
+                attributes={"profile": "1g.10gb"},
+                consumes_counters=(CounterConsumption("gpu-0", {"memory": "10Gi"}),),
+            )
+            for i in range(7)
+        ]
+        self.health_now: dict[str, DeviceHealth] = {}
+
+    async def counter_sets(self) -> Sequence[CounterSet]:
+        return [CounterSet("gpu-0", {"memory": "80Gi", "slices": "7"})]
+
+    async def health(self) -> Mapping[str, DeviceHealth]:
+        return dict(self.health_now)
+
+
+@pytest.fixture(params=["1.34", "1.37"])
+async def server(request: pytest.FixtureRequest) -> AsyncIterator[ApiServer]:
+    async with ApiServer(kubernetes_version=request.param) as api:
+        api.create(node(NODE))
+        yield api
+
+
+@pytest.fixture
+async def client(server: ApiServer) -> AsyncIterator[kube.KubeClient]:
+    settings = kube.KubeSettings(retry_backoff=(0.01,), conflict_backoff=(0.0,) * 5)
+    async with await kube.connect(url=server.url, settings=settings) as c:
+        yield c
+
+
+def _publisher(client: kube.KubeClient, backend: FakeBackend, **settings: Any) -> SlicePublisher:
+    return SlicePublisher(
+        client,
+        backend,
+        driver=DRIVER,
+        node_name=NODE,
+        settings=PublisherSettings(backoff=(0.05,), **settings),
+    )
+
+
+def test_every_new_field_is_written_in_the_v1_shape() -> None:
+    device = Device(
+        name="share-0",
+        capacity={
+            "bandwidth": Capacity(
+                "100G",
+                RequestPolicy("10G", valid_range=QuantityRange(min="10G", max="100G", step="10G")),
+            ),
+            "memory": Capacity("80Gi", RequestPolicy("8Gi", valid_values=("8Gi", "16Gi"))),
+        },
+        taints=(DeviceTaint("gpu.example.com/maintenance", "NoExecute", "planned"),),
+        allow_multiple_allocations=True,
+        binds_to_node=True,
+        binding_conditions=("Attached",),
+        binding_failure_conditions=("AttachFailed",),
+    )
+    assert device_to_json(device) == {
+        "name": "share-0",
+        "capacity": {
+            "bandwidth": {
+                "value": "100G",
+                "requestPolicy": {
+                    "default": "10G",
+                    "validRange": {"min": "10G", "max": "100G", "step": "10G"},
+                },
+            },
+            "memory": {
+                "value": "80Gi",
+                "requestPolicy": {"default": "8Gi", "validValues": ["8Gi", "16Gi"]},
+            },
+        },
+        "taints": [
+            {"key": "gpu.example.com/maintenance", "effect": "NoExecute", "value": "planned"}
+        ],
+        "allowMultipleAllocations": True,
+        "bindsToNode": True,
+        "bindingConditions": ["Attached"],
+        "bindingFailureConditions": ["AttachFailed"],
+    }
+
+
+def test_slices_with_taints_hold_at_most_64_devices_and_counters_get_their_own() -> None:
+    tainted = [
+        Device(name=f"d-{i}", taints=(DeviceTaint("example.com/t", "NoSchedule"),))
+        for i in range(100)
+    ]
+    sets = [CounterSet(f"set-{i}", {"memory": "1Gi"}) for i in range(10)]
+    built = build_pool(
+        tainted, driver=DRIVER, pool="p", node_name=NODE, counter_sets=sets, served=ALL
+    )
+    assert [len(c) for c in built.chunks] == [64, 36]
+    assert [len(c) for c in built.counter_chunks] == [8, 2]
+    plain = build_pool(
+        [Device(name=f"d-{i}") for i in range(100)], driver=DRIVER, pool="p", node_name=NODE
+    )
+    assert [len(c) for c in plain.chunks] == [100]
+
+
+def test_fields_the_cluster_does_not_serve_are_left_out_and_named() -> None:
+    backend_devices = [
+        Device(
+            name="d-0",
+            taints=(DeviceTaint("example.com/t", "NoSchedule"),),
+            consumes_counters=(CounterConsumption("set-0", {"memory": "1Gi"}),),
+        )
+    ]
+    built = build_pool(
+        backend_devices,
+        driver=DRIVER,
+        pool="p",
+        node_name=NODE,
+        counter_sets=[CounterSet("set-0", {"memory": "1Gi"})],
+        served=frozenset(),
+    )
+    assert built.chunks == (({"name": "d-0"},),)
+    assert built.counter_chunks == ()
+    assert built.unserved == {"DRADeviceTaints", "DRAPartitionableDevices"}
+
+
+def test_a_device_with_a_bad_taint_or_policy_is_left_out() -> None:
+    built = build_pool(
+        [
+            Device(name="bad-effect", taints=(DeviceTaint("example.com/t", "Evict"),)),  # type: ignore[arg-type]
+            Device(name="policy-alone", capacity={"m": Capacity("1Gi", RequestPolicy("1Gi"))}),
+            Device(name="fine"),
+        ],
+        driver=DRIVER,
+        pool="p",
+        node_name=NODE,
+        served=ALL,
+    )
+    assert [d["name"] for d in built.chunks[0]] == ["fine"]
+    assert "effect 'Evict'" in built.skipped[0]
+    assert "allowMultipleAllocations" in built.skipped[1]
+
+
+async def test_partitionable_devices_round_trip_only_where_served(
+    server: ApiServer, client: kube.KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dralet.node.publisher")
+    pub = _publisher(client, PartitionedGPU())
+    first = await pub.reconcile_once()
+    slices = live(server)
+    served = server.settings.kubernetes_version == "1.37"
+    if served:
+        [counters] = [s for s in slices if s["spec"].get("sharedCounters")]
+        [with_devices] = [s for s in slices if s["spec"].get("devices")]
+        assert counters["spec"]["sharedCounters"][0]["name"] == "gpu-0"
+        assert "devices" not in counters["spec"]
+        device = with_devices["spec"]["devices"][0]
+        assert device["consumesCounters"][0]["counterSet"] == "gpu-0"
+        assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {2}
+        assert "does not serve" not in caplog.text
+    else:
+        [only] = slices
+        assert "sharedCounters" not in only["spec"]
+        assert all("consumesCounters" not in d for d in only["spec"]["devices"])
+        assert caplog.text.count("shared counters (partitionable devices)") == 1
+    assert first.writes
+    again = await pub.reconcile_once()
+    assert again.writes == (), "what the cluster does not serve must not cause rewrites"
+    await pub.reconcile_once()
+    assert caplog.text.count("does not serve") == (0 if served else 1), "said once"
+
+
+async def test_an_unhealthy_device_is_tainted_until_it_recovers(
+    server: ApiServer, client: kube.KubeClient
+) -> None:
+    backend = PartitionedGPU()
+    pub = _publisher(client, backend, unhealthy_taint_effect="NoExecute")
+    backend.health_now = {"gpu-0-mig-3": DeviceHealth(HealthStatus.UNHEALTHY, "XID 79")}
+    await pub.reconcile_once()
+
+    def taints() -> dict[str, Any]:
+        return {
+            d["name"]: d.get("taints")
+            for s in live(server)
+            for d in s["spec"].get("devices") or []
+            if d.get("taints")
+        }
+
+    if server.settings.kubernetes_version != "1.37":
+        assert taints() == {}
+        return
+    assert taints() == {
+        "gpu-0-mig-3": [{"key": f"{DRIVER}/unhealthy", "effect": "NoExecute"}],
+    }
+    backend.health_now = {}
+    await pub.reconcile_once()
+    assert taints() == {}
+
+
+def test_taint_effects_are_the_api_servers() -> None:
+    assert set(devices.TaintEffect.__args__) == {"NoSchedule", "NoExecute", "None"}  # type: ignore[attr-defined]
+
+
+def test_a_taint_time_the_server_added_is_not_a_difference() -> None:
+    import copy
+
+    from dralet.kube import slices
+
+    owner = slices.NodeOwner(NODE, "uid-1")
+    device = {"name": "d-0", "taints": [{"key": "example.com/t", "effect": "NoSchedule"}]}
+    spec = copy.deepcopy(
+        slices.slice_spec([device], driver=DRIVER, pool="p", node=owner, generation=1, count=1)
+    )
+    spec["devices"][0]["taints"][0]["timeAdded"] = "2026-12-03T07:00:00Z"
+    live_slice = {"metadata": {"name": "s-1", "resourceVersion": "7"}, "spec": spec}
+    plan = slices.plan_pool(
+        [[device]], [live_slice], driver=DRIVER, pool="p", node=owner, last_generation=1
+    )
+    assert plan.writes == ()
