@@ -155,21 +155,20 @@ def test_fields_the_cluster_does_not_serve_are_left_out_and_named() -> None:
     assert built.unserved == {"DRADeviceTaints", "DRAPartitionableDevices"}
 
 
-def test_a_device_with_a_bad_taint_or_policy_is_left_out() -> None:
+def test_a_health_taint_past_the_limit_leaves_that_device_out() -> None:
+    taints = tuple(DeviceTaint(f"example.com/t{i}", "NoSchedule") for i in range(16))
     built = build_pool(
-        [
-            Device(name="bad-effect", taints=(DeviceTaint("example.com/t", "Evict"),)),  # type: ignore[arg-type]
-            Device(name="policy-alone", capacity={"m": Capacity("1Gi", RequestPolicy("1Gi"))}),
-            Device(name="fine"),
-        ],
+        [Device(name="full", taints=taints), Device(name="fine")],
         driver=DRIVER,
         pool="p",
         node_name=NODE,
         served=ALL,
+        extra_taints={
+            name: DeviceTaint(f"{DRIVER}/unhealthy", "NoSchedule") for name in ("full", "fine")
+        },
     )
     assert [d["name"] for d in built.chunks[0]] == ["fine"]
-    assert "effect 'Evict'" in built.skipped[0]
-    assert "allowMultipleAllocations" in built.skipped[1]
+    assert "17 taints; at most 16" in built.skipped[0]
 
 
 async def test_partitionable_devices_round_trip_only_where_served(

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from dralet.kube import slices
 
 __all__ = [
     "AttributeValue",
@@ -24,6 +26,9 @@ __all__ = [
     "RequestPolicy",
     "TaintEffect",
     "Version",
+    "counter_set_to_json",
+    "device_to_json",
+    "taint_to_json",
 ]
 
 
@@ -125,6 +130,91 @@ class Device:
     """Conditions a controller must set on the claim's device status before the pod is
     bound (binding conditions, Kubernetes 1.34 alpha, 1.36 beta); at most 4."""
     binding_failure_conditions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Refuse at once what the API server would refuse at publish time."""
+        for key, value in self.attributes.items():
+            if not isinstance(value, bool | int | str | Version):
+                # One error type (ValueError) for every bad field, whatever the rule.
+                raise ValueError(  # noqa: TRY004
+                    f"Device {self.name!r}: attribute {key!r} is a {type(value).__name__}; "
+                    "attribute values are bool, int, str or dralet.Version"
+                )
+        problems = slices.device_problems(device_to_json(self))
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+def device_to_json(device: Device) -> dict[str, Any]:
+    """A backend ``Device`` as a canonical (v1-shaped) ResourceSlice device."""
+    attributes: dict[str, Any] = {}
+    for key, value in sorted(device.attributes.items()):
+        if isinstance(value, Version):
+            attributes[key] = {"version": value.value}
+        elif isinstance(value, bool):
+            attributes[key] = {"bool": value}
+        elif isinstance(value, int):
+            attributes[key] = {"int": value}
+        else:
+            attributes[key] = {"string": value}
+    out: dict[str, Any] = {"name": device.name}
+    if attributes:
+        out["attributes"] = attributes
+    if device.capacity:
+        out["capacity"] = {k: _capacity_to_json(v) for k, v in sorted(device.capacity.items())}
+    if device.taints:
+        out["taints"] = [taint_to_json(t) for t in device.taints]
+    if device.consumes_counters:
+        out["consumesCounters"] = [
+            {"counterSet": c.counter_set, "counters": _counters_to_json(c.counters)}
+            for c in device.consumes_counters
+        ]
+    if device.allow_multiple_allocations:
+        out["allowMultipleAllocations"] = True
+    if device.binds_to_node:
+        out["bindsToNode"] = True
+    if device.binding_conditions:
+        out["bindingConditions"] = list(device.binding_conditions)
+    if device.binding_failure_conditions:
+        out["bindingFailureConditions"] = list(device.binding_failure_conditions)
+    return out
+
+
+def _capacity_to_json(capacity: str | Capacity) -> dict[str, Any]:
+    if not isinstance(capacity, Capacity):
+        return {"value": str(capacity)}
+    out: dict[str, Any] = {"value": capacity.value}
+    policy = capacity.request_policy
+    if policy is not None:
+        json_policy: dict[str, Any] = {"default": policy.default}
+        if policy.valid_values:
+            json_policy["validValues"] = list(policy.valid_values)
+        if policy.valid_range is not None:
+            bounds = {"min": policy.valid_range.min}
+            if policy.valid_range.max is not None:
+                bounds["max"] = policy.valid_range.max
+            if policy.valid_range.step is not None:
+                bounds["step"] = policy.valid_range.step
+            json_policy["validRange"] = bounds
+        out["requestPolicy"] = json_policy
+    return out
+
+
+def taint_to_json(taint: DeviceTaint) -> dict[str, Any]:
+    """A ``DeviceTaint`` as canonical ResourceSlice JSON."""
+    out = {"key": taint.key, "effect": taint.effect}
+    if taint.value:
+        out["value"] = taint.value
+    return out
+
+
+def _counters_to_json(counters: Mapping[str, str]) -> dict[str, Any]:
+    return {name: {"value": str(value)} for name, value in sorted(counters.items())}
+
+
+def counter_set_to_json(counter_set: CounterSet) -> dict[str, Any]:
+    """A ``CounterSet`` as canonical ResourceSlice ``sharedCounters`` JSON."""
+    return {"name": counter_set.name, "counters": _counters_to_json(counter_set.counters)}
 
 
 @runtime_checkable

@@ -7,87 +7,15 @@ does not serve; ``dralet.kube.slices.plan_pool`` then diffs it against the live 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dralet.kube import features, slices
 from dralet.node import devices
-from dralet.node.devices import Device, Version
+from dralet.node.devices import Device, counter_set_to_json, device_to_json, taint_to_json
 
-__all__ = ["BuiltPool", "build_pool", "counter_set_to_json", "device_to_json"]
-
-
-def device_to_json(device: Device) -> dict[str, Any]:
-    """A backend ``Device`` as a canonical (v1-shaped) ResourceSlice device."""
-    attributes: dict[str, Any] = {}
-    for key, value in sorted(device.attributes.items()):
-        if isinstance(value, Version):
-            attributes[key] = {"version": value.value}
-        elif isinstance(value, bool):
-            attributes[key] = {"bool": value}
-        elif isinstance(value, int):
-            attributes[key] = {"int": value}
-        else:
-            attributes[key] = {"string": value}
-    out: dict[str, Any] = {"name": device.name}
-    if attributes:
-        out["attributes"] = attributes
-    if device.capacity:
-        out["capacity"] = {k: _capacity_to_json(v) for k, v in sorted(device.capacity.items())}
-    if device.taints:
-        out["taints"] = [_taint_to_json(t) for t in device.taints]
-    if device.consumes_counters:
-        out["consumesCounters"] = [
-            {"counterSet": c.counter_set, "counters": _counters_to_json(c.counters)}
-            for c in device.consumes_counters
-        ]
-    if device.allow_multiple_allocations:
-        out["allowMultipleAllocations"] = True
-    if device.binds_to_node:
-        out["bindsToNode"] = True
-    if device.binding_conditions:
-        out["bindingConditions"] = list(device.binding_conditions)
-    if device.binding_failure_conditions:
-        out["bindingFailureConditions"] = list(device.binding_failure_conditions)
-    return out
-
-
-def _capacity_to_json(capacity: str | devices.Capacity) -> dict[str, Any]:
-    if not isinstance(capacity, devices.Capacity):
-        return {"value": str(capacity)}
-    out: dict[str, Any] = {"value": capacity.value}
-    policy = capacity.request_policy
-    if policy is not None:
-        json_policy: dict[str, Any] = {"default": policy.default}
-        if policy.valid_values:
-            json_policy["validValues"] = list(policy.valid_values)
-        if policy.valid_range is not None:
-            bounds = {"min": policy.valid_range.min}
-            if policy.valid_range.max is not None:
-                bounds["max"] = policy.valid_range.max
-            if policy.valid_range.step is not None:
-                bounds["step"] = policy.valid_range.step
-            json_policy["validRange"] = bounds
-        out["requestPolicy"] = json_policy
-    return out
-
-
-def _taint_to_json(taint: devices.DeviceTaint) -> dict[str, Any]:
-    out = {"key": taint.key, "effect": taint.effect}
-    if taint.value:
-        out["value"] = taint.value
-    return out
-
-
-def _counters_to_json(counters: Mapping[str, str]) -> dict[str, Any]:
-    return {name: {"value": str(value)} for name, value in sorted(counters.items())}
-
-
-def counter_set_to_json(counter_set: devices.CounterSet) -> dict[str, Any]:
-    """A ``CounterSet`` as canonical ResourceSlice ``sharedCounters`` JSON."""
-    return {"name": counter_set.name, "counters": _counters_to_json(counter_set.counters)}
+__all__ = ["BuiltPool", "build_pool"]
 
 
 @dataclass(frozen=True)
@@ -149,9 +77,12 @@ def build_pool(
     seen: set[str] = set()
     converted = []
     for device in backend_devices:
-        if extra_taints and device.name in extra_taints:
-            device = dataclasses.replace(device, taints=(*device.taints, extra_taints[device.name]))
         as_json = device_to_json(device)
+        if extra_taints and device.name in extra_taints:
+            as_json["taints"] = [
+                *as_json.get("taints", []),
+                taint_to_json(extra_taints[device.name]),
+            ]
         if served is not None:
             as_json, removed = features.strip_device(as_json, served)
             unserved |= removed

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dralet import kubenames
+
 __all__ = ["DriverSettings"]
 
 KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
@@ -49,6 +51,16 @@ class DriverSettings:
     """Address the metrics and health servers bind to."""
 
     def __post_init__(self) -> None:
+        driver_problem = kubenames.driver_name_problem(self.driver_name)
+        if driver_problem is not None:
+            raise ValueError(f"DriverSettings.driver_name {self.driver_name!r}: {driver_problem}")
+        node_problem = (
+            kubenames.dns_subdomain_problem(self.node_name)
+            if self.node_name
+            else "must not be empty"
+        )
+        if node_problem is not None:
+            raise ValueError(f"DriverSettings.node_name {self.node_name!r}: {node_problem}")
         if self.plugin_dir == Path():
             object.__setattr__(self, "plugin_dir", KUBELET_PLUGINS_DIR / self.driver_name)
         if not self.pool_name:
