@@ -6,10 +6,10 @@ the live slice then differs from the wanted one, rewrite its slices for ever. Th
 publisher therefore writes such a field only where the release enables its gate by
 default, or where the operator says the cluster enables it.
 
-Gates and their default-on release: kubernetes/kubernetes ``pkg/features/kube_features.go``
-(release-1.36: DRADeviceTaints, DRAPartitionableDevices, DRAConsumableCapacity and
-DRADeviceBindingConditions go beta and on by default in 1.36; all four are alpha, off, in
-1.33-1.35). Field names: kubernetes/api ``resource/v1/types.go``.
+Gates and their default-on release: k8s.io/kubernetes v1.37.2 ``pkg/features/kube_features.go``
+(DRADeviceTaints, DRAPartitionableDevices, DRAConsumableCapacity and
+DRADeviceBindingConditions are alpha, off, from 1.33/1.34 and beta, on, from 1.36;
+DRADeviceTaints is GA in 1.37). Field names: k8s.io/api v0.37.2 ``resource/v1/types.go``.
 """
 
 from __future__ import annotations

@@ -184,10 +184,15 @@ def device_problems(device: Mapping[str, Any]) -> list[str]:
     for key in ("bindingConditions", "bindingFailureConditions"):
         if len(device.get(key) or []) > MAX_BINDING_CONDITIONS:
             problems.append(f"{where}: more than {MAX_BINDING_CONDITIONS} {key}")
-    if (device.get("bindingConditions") or device.get("bindingFailureConditions")) and not (
-        device.get("bindingConditions") and device.get("bindingFailureConditions")
-    ):
+    conditions = list(device.get("bindingConditions") or [])
+    failures = list(device.get("bindingFailureConditions") or [])
+    # kubernetes/kubernetes v1.37.2 pkg/apis/resource/validation validateDeviceBindingParameters
+    if bool(conditions) != bool(failures):
         problems.append(f"{where}: bindingConditions and bindingFailureConditions go together")
+    if len(set(conditions)) != len(conditions) or len(set(failures)) != len(failures):
+        problems.append(f"{where}: binding conditions must not repeat")
+    if set(conditions) & set(failures):
+        problems.append(f"{where}: bindingFailureConditions must not overlap bindingConditions")
     return problems
 
 
