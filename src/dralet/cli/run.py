@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from dralet import logs
+from dralet import errors, logs
 from dralet.drivers import example
 from dralet.metrics import DriverMetrics
+from dralet.node import directories
 from dralet.node.runner import BackgroundWork, Driver
 from dralet.node.settings import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR, DriverSettings
 
@@ -46,6 +48,7 @@ def _backend(options: RunOptions, settings: DriverSettings) -> example.Simulated
 async def serve(settings: DriverSettings, options: RunOptions) -> None:
     """Run the driver until SIGTERM."""
     metrics = DriverMetrics()
+    directories.prepare_directories(settings)  # before the backend touches its state dir
     backend = _backend(options, settings)
     if options.api_url is None and options.kubeconfig is None and not options.in_cluster:
         await Driver(settings, backend, metrics=metrics).run()
@@ -169,20 +172,23 @@ def command(
 ) -> None:
     """Run a DRA driver on this node (the DaemonSet entrypoint)."""
     logs.configure(fmt=log_format, level=log_level)
+    plugin_dir = plugin_dir or KUBELET_PLUGINS_DIR / driver_name
+    state_dir = state_dir or plugin_dir / "backend"
     settings = DriverSettings(
         driver_name=driver_name,
         node_name=node_name,
-        plugin_dir=plugin_dir or KUBELET_PLUGINS_DIR / driver_name,
+        plugin_dir=plugin_dir,
         registry_dir=registry_dir,
         cdi_dir=cdi_dir,
         pod_uid=pod_uid,
         health_port=health_port,
         metrics_port=metrics_port,
         stale_claim_grace=stale_claim_grace,
+        backend_state_dir=state_dir,
     )
     options = RunOptions(
         driver=driver,
-        state_dir=state_dir or settings.plugin_dir / "backend",
+        state_dir=state_dir,
         gpus=gpus,
         api_url=api_url,
         kubeconfig=kubeconfig,
@@ -194,3 +200,8 @@ def command(
         asyncio.run(serve(settings, options))
     except KeyboardInterrupt:
         sys.exit(130)
+    except errors.PermanentError as exc:
+        # One line naming the directory or socket, no traceback: nothing here is a bug.
+        logging.getLogger("dralet.run").error("cannot start: %s", exc)  # noqa: TRY400
+        unusable_dir = isinstance(exc, directories.DirectoryError)
+        sys.exit(directories.EXIT_UNUSABLE_DIRECTORY if unusable_dir else 1)

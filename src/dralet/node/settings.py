@@ -47,6 +47,9 @@ class DriverSettings:
     """TCP port for Prometheus metrics; None disables it."""
     metrics_host: str = "0.0.0.0"  # noqa: S104 - a DaemonSet exposes metrics on the pod IP
     """Address the metrics and health servers bind to."""
+    backend_state_dir: Path | None = None
+    """The backend's own state dir, if any: checked at start and swept of temp files
+    ``dralet.atomic_write`` left behind."""
 
     def __post_init__(self) -> None:
         if self.plugin_dir == Path():
@@ -56,6 +59,8 @@ class DriverSettings:
         # The kubelet dials the endpoint we advertise: it must be an absolute path.
         for name in ("plugin_dir", "registry_dir", "cdi_dir"):
             object.__setattr__(self, name, getattr(self, name).absolute())
+        if self.backend_state_dir is not None:
+            object.__setattr__(self, "backend_state_dir", self.backend_state_dir.absolute())
 
     @property
     def cdi_kind(self) -> str:
