@@ -21,7 +21,8 @@ from dralet.checkpoint import codec
 from dralet.checkpoint.store import MAX_CHECKPOINT_BYTES
 from dralet.testing.kubelet import KubeletClaim, KubeletEmulator
 from dralet.testing.process import DriverPaths, DriverProcess, driver_args
-from tests.hostile.conftest import add_claim, running_node
+from tests.claimfakes import MemoryClaims
+from tests.hostile.conftest import add_claim, node_with_one_claim, running_node
 
 DRIVER = "gpu.example.com"
 REGISTER_WITHIN = 30.0
@@ -113,14 +114,12 @@ async def test_driver_fails_closed_on_any_checkpoint_entry(
     short_root: Path, entry: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = short_root / "node"
-    async with running_node(root) as first:
-        prepared = add_claim(first, "prepared", "gpu-1")
-        assert (await first.plugin.prepare([prepared])).kubelet_error == ""
-    checkpoint = first.settings.checkpoint_path
+    claims = MemoryClaims()
+    checkpoint, prepared = await node_with_one_claim(root, claims=claims, released=False)
     _damage(entry, checkpoint, monkeypatch)
     kind = _kind(checkpoint)
 
-    async with running_node(root, claims=first.claims) as node:
+    async with running_node(root, claims=claims) as node:
         assert node.driver.ledger.fail_closed, entry
         health = health_pb2_grpc.HealthStub(node.plugin.channel())
         answer = await health.Check(health_pb2.HealthCheckRequest(service=""))
@@ -141,11 +140,7 @@ async def test_nothing_prepared_and_any_checkpoint_entry_is_reset_with_it_kept(
     short_root: Path, entry: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = short_root / "node"
-    async with running_node(root) as first:
-        claim = add_claim(first, "c", "gpu-0")
-        await first.plugin.prepare([claim])
-        await first.plugin.unprepare([claim])
-    checkpoint = first.settings.checkpoint_path
+    checkpoint, _ = await node_with_one_claim(root, claims=MemoryClaims(), released=True)
     _damage(entry, checkpoint, monkeypatch)
     kind = _kind(checkpoint)
     if entry == "no-read-permission":

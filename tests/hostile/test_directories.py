@@ -86,29 +86,21 @@ def test_a_broken_directory_is_one_clear_error(tmp_path: Path, role: str, breaka
     assert "\n" not in text
 
 
-@pytest.mark.parametrize("role", ["registry dir", "CDI dir"])
-def test_a_shared_directory_writable_by_others_is_refused_and_left_alone(
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_a_directory_writable_by_others_is_refused_or_if_ours_repaired(
     tmp_path: Path, role: str
 ) -> None:
     settings = _settings(tmp_path)
     path = _path_for(settings, role)
     path.mkdir(parents=True)
     path.chmod(0o777)
-    with pytest.raises(directories.DirectoryError, match="writable by group or other"):
-        directories.prepare_directories(settings)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o777  # another program's choice
-
-
-@pytest.mark.parametrize("role", ["plugin dir", "backend state dir"])
-def test_the_drivers_own_directory_writable_by_others_is_repaired(
-    tmp_path: Path, role: str
-) -> None:
-    settings = _settings(tmp_path)
-    path = _path_for(settings, role)
-    path.mkdir(parents=True)
-    path.chmod(0o777)
+    if role in ("registry dir", "CDI dir"):
+        with pytest.raises(directories.DirectoryError, match="writable by group or other"):
+            directories.prepare_directories(settings)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o777  # another program's choice
+        return
     notes = directories.prepare_directories(settings)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700  # the driver's own: tightened
     assert [n for n in notes if n.startswith(f"{role} {path} ")] != []
 
 
