@@ -121,6 +121,7 @@ def _create_temp(dir_fd: int, directory: Path, name: str, mode: int) -> tuple[in
             # A sweep may have locked and unlinked it between our create and our flock.
             if os.fstat(fd).st_nlink == 0:
                 raise BlockingIOError(errno.EWOULDBLOCK, "temp file swept")
+            os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
         except BlockingIOError:
             os.close(fd)
             continue
@@ -129,7 +130,6 @@ def _create_temp(dir_fd: int, directory: Path, name: str, mode: int) -> tuple[in
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
-        os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
         return fd, tmp
     raise UnsafeFileError(
         directory / f".{name}.*{TEMP_SUFFIX}",

@@ -19,6 +19,8 @@ from dralet.node.settings import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR, Driv
 
 __all__ = ["RunOptions", "command", "serve"]
 
+log = logging.getLogger("dralet.run")
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -48,7 +50,8 @@ def _backend(options: RunOptions, settings: DriverSettings) -> example.Simulated
 async def serve(settings: DriverSettings, options: RunOptions) -> None:
     """Run the driver until SIGTERM."""
     metrics = DriverMetrics()
-    directories.prepare_directories(settings)  # before the backend touches its state dir
+    for note in directories.prepare_directories(settings):  # before the backend's own setup
+        log.warning("%s", note)
     backend = _backend(options, settings)
     if options.api_url is None and options.kubeconfig is None and not options.in_cluster:
         await Driver(settings, backend, metrics=metrics).run()
@@ -202,6 +205,6 @@ def command(
         sys.exit(130)
     except errors.PermanentError as exc:
         # One line naming the directory or socket, no traceback: nothing here is a bug.
-        logging.getLogger("dralet.run").error("cannot start: %s", exc)  # noqa: TRY400
+        log.error("cannot start: %s", exc)  # noqa: TRY400
         unusable_dir = isinstance(exc, directories.DirectoryError)
         sys.exit(directories.EXIT_UNUSABLE_DIRECTORY if unusable_dir else 1)
