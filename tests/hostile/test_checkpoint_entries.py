@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dralet import fsutil
+from dralet import errors, fsutil
 from dralet.cdi import spec as cdi_spec
 from dralet.cdi.store import SpecStore
 from dralet.checkpoint import codec
-from dralet.checkpoint.store import MAX_CHECKPOINT_BYTES
+from dralet.checkpoint.store import MAX_CHECKPOINT_BYTES, CheckpointStore
 from dralet.testing.kubelet import KubeletClaim, KubeletEmulator
 from dralet.testing.process import DriverPaths, DriverProcess, driver_args
 from tests.claimfakes import MemoryClaims
@@ -226,3 +226,22 @@ async def test_driver_process_comes_up_fail_closed_on_any_checkpoint_entry(
         await kubelet.close()
         code = await driver.terminate()
     assert code == 0, driver.log()
+
+
+def test_a_checkpoint_over_the_size_cap_is_refused_before_any_byte_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "checkpoint.json"
+    with open(path, "wb") as f:
+        f.truncate(MAX_CHECKPOINT_BYTES + 1)
+    reads: list[int] = []
+    real_read = os.read
+
+    def counting_read(fd: int, size: int) -> bytes:
+        reads.append(size)
+        return real_read(fd, size)
+
+    monkeypatch.setattr(fsutil.os, "read", counting_read)
+    with pytest.raises(errors.CheckpointCorruptError, match=f"{MAX_CHECKPOINT_BYTES}-byte limit"):
+        CheckpointStore(path).load()
+    assert reads == []
