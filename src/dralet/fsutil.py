@@ -1,9 +1,16 @@
-"""Crash-safe file primitives: atomic write, idempotent remove, private dirs, file locks.
+"""Crash-safe file primitives: atomic write, safe read, idempotent remove, temp sweep, locks.
 
-The one recipe for durable state: write a temp file in the same directory, fsync it,
-rename it over the target, fsync the directory. A reader sees the old bytes or the new
-bytes, never a mix, and after a crash the rename is either durable or absent. Used by
-``dralet.cdi`` and ``dralet.checkpoint``; nothing else writes state files.
+The one recipe for durable state: create a temp file under an unpredictable name in the
+target's directory (``O_CREAT|O_EXCL|O_NOFOLLOW``: nothing planted there is ever
+followed or truncated), fsync it, rename it over the target, fsync the directory. A
+reader sees the old bytes or the new bytes, never a mix, and after a crash the rename is
+either durable or absent. Every step works relative to one open directory descriptor,
+so swapping a directory for a symlink half-way redirects nothing.
+
+A writer holds an ``flock`` on its temp file until the rename; ``sweep_temp_files``
+removes only temp files nobody holds, so a sweep beside a running writer (two driver
+instances during a rolling update) never pulls a file from under it. Used by
+``dralet.cdi``, ``dralet.checkpoint`` and backends (``dralet.atomic_write``).
 """
 
 from __future__ import annotations
@@ -13,6 +20,9 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
+import secrets
+import stat
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -20,13 +30,50 @@ from dralet import failpoints
 
 __all__ = [
     "FileLock",
+    "UnsafeFileError",
     "atomic_write",
     "ensure_private_dir",
+    "file_kind",
     "fsync_dir",
+    "is_temp_name",
+    "list_temp_files",
+    "read_file",
     "remove_file",
+    "sweep_temp_files",
 ]
 
 TEMP_SUFFIX = ".tmp"
+# ``.<target name>.<16 hex digits>.tmp``; releases before 0.2 used the writer's PID.
+_TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?:[0-9a-f]{16}|[0-9]+)\.tmp")
+_TEMP_ATTEMPTS = 16
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class UnsafeFileError(OSError):
+    """Something that is not a regular file of ours sits where one is read or written."""
+
+    def __init__(self, path: Path | str, problem: str, *, code: int = errno.EPERM) -> None:
+        super().__init__(code, f"{path} {problem}")
+        self.path = str(path)
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.path} {self.problem}"
+
+
+def file_kind(mode: int) -> str:
+    """``a FIFO``, ``a directory`` ... for messages about the file type in ``mode``."""
+    kinds = (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISREG, "a regular file"),
+    )
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def _declare(tag: str) -> None:
@@ -40,11 +87,55 @@ def _declare(tag: str) -> None:
 
 def fsync_dir(directory: Path) -> None:
     """Make a rename or unlink inside ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(directory, _DIR_FLAGS)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def is_temp_name(name: str, *, target_prefix: str = "") -> bool:
+    """Whether ``name`` is a temp file ``atomic_write`` makes for a target starting so."""
+    match = _TEMP_NAME.fullmatch(name)
+    return match is not None and match["target"].startswith(target_prefix)
+
+
+def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _create_temp(dir_fd: int, directory: Path, name: str, mode: int) -> tuple[int, str]:
+    """A new, locked, empty temp file for ``name``; nothing that already exists is opened."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(_TEMP_ATTEMPTS):
+        tmp = f".{name}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+        try:
+            fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+        except FileExistsError:
+            continue  # planted, or a one-in-2**64 collision: take another name
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A sweep may have locked and unlinked it between our create and our flock.
+            if os.fstat(fd).st_nlink == 0:
+                raise BlockingIOError(errno.EWOULDBLOCK, "temp file swept")
+            os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        return fd, tmp
+    raise UnsafeFileError(
+        directory / f".{name}.*{TEMP_SUFFIX}",
+        f"could not be created under {_TEMP_ATTEMPTS} fresh names",
+        code=errno.EEXIST,
+    )
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, failpoint: str = "") -> None:
@@ -52,47 +143,122 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, failpoint: str =
 
     The temp file starts with a dot and ends in ``.tmp``: CDI runtimes load only
     ``.json``/``.yaml`` files and the kubelet ignores dot files, so a half-written temp
-    file is never picked up. On any error the temp file is removed and ``path`` keeps
-    its previous content.
+    file is never picked up. Anything but a regular file at ``path`` (a symlink, FIFO,
+    socket, device or directory) is never replaced: ``UnsafeFileError`` names it. A
+    regular file there is replaced by the rename, never written through, so a hard link
+    to it elsewhere keeps its content. On any error the temp file is removed and
+    ``path`` keeps its previous content.
     """
     if failpoint:
         _declare(failpoint)
-    directory = path.parent
-    tmp = directory / f".{path.name}.{os.getpid()}{TEMP_SUFFIX}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    directory, name = path.parent, path.name
+    dir_fd = os.open(directory, _DIR_FLAGS)
     try:
+        existing = _lstat_at(dir_fd, name)
+        if existing is not None and not stat.S_ISREG(existing.st_mode):
+            raise UnsafeFileError(
+                path, f"is {file_kind(existing.st_mode)}, not a regular file; not replacing it"
+            )
+        fd, tmp = _create_temp(dir_fd, directory, name, mode)
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            if failpoint:
-                failpoints.hit(f"{failpoint}.before-fsync")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                if failpoint:
+                    failpoints.hit(f"{failpoint}.before-fsync")
+                os.fsync(fd)
+                if failpoint:
+                    failpoints.hit(f"{failpoint}.after-fsync")
+                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            finally:
+                os.close(fd)  # releases the flock: after the rename, or on error
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
         if failpoint:
-            failpoints.hit(f"{failpoint}.after-fsync")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    if failpoint:
-        failpoints.hit(f"{failpoint}.after-rename")
-    fsync_dir(directory)
+            failpoints.hit(f"{failpoint}.after-rename")
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
     if failpoint:
         failpoints.hit(f"{failpoint}.after-dir-fsync")
 
 
+def _open_regular(path: Path) -> int | None:
+    """A read descriptor on the regular file at ``path``; None when nothing is there.
+
+    ``lstat`` first, so a device, FIFO or socket is never opened at all; then the
+    descriptor is checked again. A regular file renamed over ``path`` in between (another
+    writer's ``atomic_write``) is simply opened again.
+    """
+    for _ in range(_TEMP_ATTEMPTS):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(mode):
+            raise UnsafeFileError(path, f"is {file_kind(mode)}, not a regular file")
+        try:
+            fd = os.open(path, _READ_FLAGS)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO):
+                continue  # swapped for a symlink or socket since the lstat: look again
+            raise
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        os.close(fd)
+    raise UnsafeFileError(path, "keeps changing between a regular file and something else")
+
+
+def read_file(path: Path, *, max_size: int) -> bytes | None:
+    """The bytes of the regular file at ``path``, or None when nothing is there.
+
+    Never follows a symlink, never blocks on a FIFO and never opens a device or socket.
+    A file over ``max_size`` bytes is refused without reading it whole. Anything but a
+    regular file raises ``UnsafeFileError``.
+    """
+    fd = _open_regular(path)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size > max_size:
+            raise UnsafeFileError(
+                path, f"is {size} bytes, over the {max_size}-byte limit", code=errno.EFBIG
+            )
+        chunks: list[bytes] = []
+        left = max_size + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    if left <= 0:
+        raise UnsafeFileError(path, f"grew over the {max_size}-byte limit", code=errno.EFBIG)
+    return b"".join(chunks)
+
+
 def remove_file(path: Path, *, failpoint: str = "") -> bool:
-    """Unlink ``path`` durably; a missing file is success. Returns True if it existed."""
+    """Unlink ``path`` durably; a missing file is success. Returns True if it existed.
+
+    ``unlink`` never follows a symlink: at worst a planted link itself is removed. A
+    directory at ``path`` is no file of ours (``atomic_write`` refuses to replace one):
+    it is left alone and counts as nothing to remove.
+    """
     if failpoint:
         failpoints.declare(f"{failpoint}.before-unlink", f"{failpoint}.after-unlink")
         failpoints.hit(f"{failpoint}.before-unlink")
     try:
         os.unlink(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         return False
     if failpoint:
         failpoints.hit(f"{failpoint}.after-unlink")
@@ -100,10 +266,107 @@ def remove_file(path: Path, *, failpoint: str = "") -> bool:
     return True
 
 
+def _unheld_temp(dir_fd: int, name: str, *, remove: bool) -> bool:
+    """Whether ``name`` is a regular file no writer holds; with ``remove``, unlink it."""
+    before = _lstat_at(dir_fd, name)
+    if before is None or not stat.S_ISREG(before.st_mode):
+        return False  # never made by ``atomic_write``: not ours to remove
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a live writer is between create and rename
+        if not remove:
+            return True
+        again = _lstat_at(dir_fd, name)
+        if again is None or (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        os.unlink(name, dir_fd=dir_fd)  # under the lock: a late writer sees st_nlink == 0
+        return True
+    finally:
+        os.close(fd)
+
+
+def list_temp_files(directory: Path, *, target_prefix: str = "") -> list[Path]:
+    """Temp files of ``atomic_write`` in ``directory`` that no live writer holds."""
+    try:
+        dir_fd = os.open(directory, _DIR_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    try:
+        return [
+            directory / name
+            for name in sorted(os.listdir(dir_fd))
+            if is_temp_name(name, target_prefix=target_prefix)
+            and _unheld_temp(dir_fd, name, remove=False)
+        ]
+    finally:
+        os.close(dir_fd)
+
+
+def sweep_temp_files(
+    directory: Path, *, target_prefix: str = "", recursive: bool = False
+) -> list[Path]:
+    """Remove temp files an interrupted ``atomic_write`` left in ``directory``.
+
+    Only entries named like ``atomic_write``'s temp files for a target starting with
+    ``target_prefix``, that are regular files and that no live writer holds, are
+    removed; anything else (another program's file, a symlink, a directory) is left
+    alone. Symlinked subdirectories are never entered. Returns the removed paths.
+    """
+    removed: list[Path] = []
+    try:
+        dir_fd = os.open(directory, _DIR_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    try:
+        subdirs: list[str] = []
+        with os.scandir(dir_fd) as entries:
+            names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        for name, is_dir in sorted(names):
+            if is_dir:
+                subdirs.append(name)
+            elif is_temp_name(name, target_prefix=target_prefix) and _unheld_temp(
+                dir_fd, name, remove=True
+            ):
+                removed.append(directory / name)
+        if removed:
+            os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    if recursive:
+        for name in subdirs:
+            removed += sweep_temp_files(
+                directory / name, target_prefix=target_prefix, recursive=True
+            )
+    return removed
+
+
 def ensure_private_dir(path: Path, *, mode: int = 0o700) -> Path:
-    """Create ``path`` (and parents) if needed and set its mode; returns it resolved."""
+    """Create ``path`` (and parents) if needed and set its mode; returns it resolved.
+
+    ``path`` itself must be a real directory: a symlink there is refused rather than
+    followed, so the mode change can never land on a directory elsewhere.
+    """
     path.mkdir(parents=True, exist_ok=True, mode=mode)
-    os.chmod(path, mode)
+    try:
+        fd = os.open(path, _DIR_FLAGS | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            kind = file_kind(os.lstat(path).st_mode)
+            raise UnsafeFileError(path, f"is {kind}, not a directory") from exc
+        raise
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
     return path.resolve()
 
 
@@ -121,7 +384,22 @@ class FileLock:
         self.poll_interval = poll_interval
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.lstat(self.path).st_mode
+            if not stat.S_ISREG(mode):  # never open a device or FIFO, not even to look
+                raise UnsafeFileError(self.path, f"is {file_kind(mode)}, not a lock file")
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafeFileError(self.path, "is a symbolic link, not a lock file") from exc
+            raise
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise UnsafeFileError(self.path, f"is {file_kind(mode)}, not a lock file")
+        return fd
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:

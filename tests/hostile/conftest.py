@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dralet.testing.kubelet import KubeletClaim
-from tests.claimfakes import allocated_claim
+from tests.claimfakes import MemoryClaims, allocated_claim
 from tests.node.conftest import Node, running_node
 
 __all__ = ["running_node"]  # re-exported for the hostile tests
@@ -35,6 +35,19 @@ def add_claim(node: Node, name: str, *devices: str) -> KubeletClaim:
     )
     meta = claim["metadata"]
     return KubeletClaim(meta["namespace"], meta["uid"], meta["name"])
+
+
+async def node_with_one_claim(
+    root: Path, *, claims: MemoryClaims, released: bool
+) -> tuple[Path, KubeletClaim]:
+    """Run a driver on ``root`` once: prepare a claim on gpu-1 (and unprepare it when
+    ``released``). Returns the checkpoint path and the claim."""
+    async with running_node(root, claims=claims) as first:
+        claim = add_claim(first, "prepared", "gpu-1")
+        assert (await first.plugin.prepare([claim])).kubelet_error == ""
+        if released:
+            assert (await first.plugin.unprepare([claim])).kubelet_error == ""
+    return first.settings.checkpoint_path, claim
 
 
 def files_under(root: Path) -> list[Path]:

@@ -23,7 +23,13 @@ from dralet.testing.cluster import ControlPlane
 from dralet.testing.kubelet import KubeletEmulator
 from dralet.testing.process import DriverPaths, DriverProcess, driver_args
 from tests.claimfakes import MemoryClaims
-from tests.hostile.conftest import add_claim, allowed_dirs, assert_written_only_inside, running_node
+from tests.hostile.conftest import (
+    add_claim,
+    allowed_dirs,
+    assert_written_only_inside,
+    node_with_one_claim,
+    running_node,
+)
 
 FINALIZER = "gpu.example.com/prepared"
 REGISTER_WITHIN = 30.0
@@ -61,10 +67,7 @@ def _metric(exposition: bytes, name: str) -> float:
 async def test_driver_fails_closed_on_a_damaged_checkpoint(short_root: Path, damage: str) -> None:
     root = short_root / "node"
     claims = MemoryClaims()
-    async with running_node(root, claims=claims) as first:
-        prepared = add_claim(first, "prepared", "gpu-1")
-        assert (await first.plugin.prepare([prepared])).kubelet_error == ""
-    checkpoint = first.settings.checkpoint_path
+    checkpoint, prepared = await node_with_one_claim(root, claims=claims, released=False)
     bad = DAMAGE[damage](checkpoint.read_bytes())
     checkpoint.write_bytes(bad)
 
@@ -96,11 +99,7 @@ async def test_nothing_prepared_and_damaged_checkpoint_is_reset_with_a_copy_kept
     short_root: Path,
 ) -> None:
     root = short_root / "node"
-    async with running_node(root) as first:
-        claim = add_claim(first, "c", "gpu-0")
-        await first.plugin.prepare([claim])
-        await first.plugin.unprepare([claim])
-    checkpoint = first.settings.checkpoint_path
+    checkpoint, _ = await node_with_one_claim(root, claims=MemoryClaims(), released=True)
     checkpoint.write_bytes(b"{garbage")
 
     async with running_node(root) as node:

@@ -8,6 +8,7 @@ import uuid
 import grpc
 import pytest
 
+from dralet.protocol import wire
 from dralet.protocol.proto import dra_v1_pb2
 from dralet.testing.kubelet import KubeletClaim
 from tests.hostile.conftest import (
@@ -22,11 +23,6 @@ PREPARE = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
 UNPREPARE = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"
 MANY_CLAIMS = 10_000
 KUBELET_DEADLINE = 45.0
-MALFORMED_CODES = (
-    grpc.StatusCode.UNKNOWN,
-    grpc.StatusCode.INTERNAL,
-    grpc.StatusCode.INVALID_ARGUMENT,
-)
 
 HOSTILE_UIDS = [
     "../../../../etc/passwd",
@@ -140,11 +136,61 @@ async def test_malformed_protobuf_is_refused_without_a_crash(
     node: Node, method: str, payload: bytes
 ) -> None:
     failure = await _raw_call(node, method, payload)
-    # grpc-python answers a request it cannot deserialize itself, before any servicer
-    # code runs: UNKNOWN with the decode error (INVALID_ARGUMENT would need a custom
-    # deserializer in the servicer registration).
-    assert failure.code() in MALFORMED_CODES
+    assert failure.code() == grpc.StatusCode.INVALID_ARGUMENT, failure.details()
+    if payload != b"\x0a\x05\x0a\x03abc":
+        assert "malformed k8s.io.kubelet.pkg.apis.dra.v1" in (failure.details() or "")
     await _still_serves(node)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources",
+        "/v1alpha1.DRAResourceHealth/NodeWatchResources",
+    ],
+)
+async def test_malformed_protobuf_is_invalid_argument_on_every_service(
+    node: Node, method: str
+) -> None:
+    if "Health" in method:
+        call = node.plugin.channel().unary_stream(
+            method, request_serializer=None, response_deserializer=None
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            async for _ in call(b"\xff\xff\xff", timeout=10):
+                pass
+        assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    else:
+        assert (await _raw_call(node, method, b"\xff\xff")).code() == (
+            grpc.StatusCode.INVALID_ARGUMENT
+        )
+    await _still_serves(node)
+
+
+async def test_a_request_over_the_size_limit_is_refused_naming_the_limit(node: Node) -> None:
+    claim = dra_v1_pb2.Claim(namespace="default", uid=str(uuid.uuid4()), name="n" * 200)
+    request = dra_v1_pb2.NodePrepareResourcesRequest(
+        claims=[claim] * (wire.MAX_RECEIVE_BYTES // claim.ByteSize() + 1)
+    ).SerializeToString()
+    assert len(request) > wire.MAX_RECEIVE_BYTES
+    failure = await _raw_call(node, PREPARE, request)
+    assert failure.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert str(wire.MAX_RECEIVE_BYTES) in (failure.details() or "")
+    await _still_serves(node)
+
+
+async def test_an_upper_case_uid_is_answered_under_its_own_key_with_an_error(node: Node) -> None:
+    claim = add_claim(node, "c", "gpu-0")
+    upper = KubeletClaim(claim.namespace, claim.uid.upper(), claim.name)
+
+    prepared = await node.plugin.prepare([upper])
+
+    assert list(prepared.claims) == [upper.uid]  # the key the kubelet sent, not re-keyed
+    assert "canonical" in prepared.claims[upper.uid].error
+    assert node.backend.in_use() == {}
+    unprepared = await node.plugin.unprepare([upper])
+    assert list(unprepared.claims) == [upper.uid]
+    assert "canonical" in unprepared.claims[upper.uid]
 
 
 async def test_valid_protobuf_with_unknown_fields_is_served(node: Node) -> None:

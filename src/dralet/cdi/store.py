@@ -2,13 +2,15 @@
 
 One file per claim: ``<vendor>-<class>_<claimUID>.json`` (the CDI library's transient
 spec name), written atomically through ``fsutil.atomic_write`` and removed by unlink.
-``scan`` lists the files of our kind only, so two drivers can share one CDI directory.
+``scan`` lists the files of our kind only, so two drivers can share one CDI directory;
+``sweep_temp_files`` likewise removes only temp leftovers of our own spec files.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from dralet.cdi import names, spec
 __all__ = ["DEFAULT_CDI_DIR", "SpecFile", "SpecStore"]
 
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
+MAX_SPEC_BYTES = 4 << 20
+"""A spec file larger than this is refused when read back (ours are a few KiB)."""
 
 FAILPOINT_WRITE = "cdi.write"
 FAILPOINT_REMOVE = "cdi.remove"
@@ -71,15 +75,19 @@ class SpecStore:
         return fsutil.remove_file(self.path_for(claim_uid), failpoint=FAILPOINT_REMOVE)
 
     def exists(self, claim_uid: str) -> bool:
-        return self.path_for(claim_uid).is_file()
+        """Whether a regular spec file is there (a symlink or FIFO of that name is not)."""
+        try:
+            return stat.S_ISREG(os.lstat(self.path_for(claim_uid)).st_mode)
+        except FileNotFoundError:
+            return False
 
     def read(self, claim_uid: str) -> dict[str, Any] | None:
-        try:
-            with open(self.path_for(claim_uid), encoding="utf-8") as f:
-                document: dict[str, Any] = json.load(f)
-                return document
-        except FileNotFoundError:
+        """The stored document; never follows a symlink or blocks on a FIFO."""
+        raw = fsutil.read_file(self.path_for(claim_uid), max_size=MAX_SPEC_BYTES)
+        if raw is None:
             return None
+        document: dict[str, Any] = json.loads(raw)
+        return document
 
     def scan(self) -> list[SpecFile]:
         """Every spec file of our kind in the CDI directory, sorted by claim UID."""
@@ -95,12 +103,9 @@ class SpecStore:
         return sorted(found, key=lambda f: f.claim_uid)
 
     def stray_temp_files(self) -> list[Path]:
-        """Temp files a crash left behind (never loaded by runtimes; safe to remove)."""
-        try:
-            return sorted(
-                Path(e.path)
-                for e in os.scandir(self.cdi_dir)
-                if e.name.startswith("." + self._prefix) and e.name.endswith(fsutil.TEMP_SUFFIX)
-            )
-        except FileNotFoundError:
-            return []
+        """Temp files of our spec files a crash left behind that no live writer holds."""
+        return fsutil.list_temp_files(self.cdi_dir, target_prefix=self._prefix)
+
+    def sweep_temp_files(self) -> list[Path]:
+        """Remove our spec files' temp leftovers that no live writer holds; never others'."""
+        return fsutil.sweep_temp_files(self.cdi_dir, target_prefix=self._prefix)

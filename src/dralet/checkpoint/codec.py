@@ -5,6 +5,11 @@ checksum covers the exact stored string, never a re-serialization, so a newer re
 that adds a field can still verify an older file (the bug class that broke upgrades of
 other drivers). Schema v2 is current; v1 (single-phase records, no boot ID) is read and
 migrated. A file from a future schema is refused, never guessed at.
+
+``decode`` takes any bytes at all and either returns a checkpoint or raises
+``CodecError``: invalid UTF-8, lone surrogates, nesting or numbers past the parser's
+limits and fields of the wrong type are all refused the same way, so a damaged file
+always ends in the fail-closed path and never in an unexpected exception.
 """
 
 from __future__ import annotations
@@ -25,6 +30,41 @@ CURRENT_VERSION = 2
 
 class CodecError(ValueError):
     """The bytes are not a checkpoint this release can trust."""
+
+
+def _parse_json(text: str | bytes, what: str) -> Any:
+    """``json.loads`` whose every failure is a ``CodecError``."""
+    try:
+        return json.loads(text)
+    except RecursionError as exc:
+        raise CodecError(f"{what} is nested too deeply") from exc
+    except UnicodeDecodeError as exc:
+        raise CodecError(f"{what} is not UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    except ValueError as exc:  # JSONDecodeError, or a number past the digit limit
+        raise CodecError(f"{what} is not JSON ({exc})") from exc
+
+
+def _field(m: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
+    """``m[key]`` of type ``kind``; ``default`` when absent (None: the field is required)."""
+    if key not in m and default is None:
+        raise CodecError(f"field {key!r} is missing")
+    value = m.get(key, default)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise CodecError(f"field {key!r} must be {kind.__name__}, not {type(value).__name__}")
+    return value
+
+
+def _strings(m: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    values = _field(m, key, list, [])
+    if not all(isinstance(v, str) for v in values):
+        raise CodecError(f"field {key!r} must be a list of strings")
+    return tuple(values)
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise CodecError(f"{what} must be an object, not {type(value).__name__}")
+    return value
 
 
 def _canonical(value: Any) -> str:
@@ -83,47 +123,64 @@ def encode(cp: Checkpoint) -> bytes:
     return (_canonical({"checksum": checksum(data), "data": data}) + "\n").encode()
 
 
-def _device_from_dict(d: Mapping[str, Any]) -> DeviceRecord:
+def _device_from_dict(value: Any) -> DeviceRecord:
+    d = _mapping(value, "a device")
     return DeviceRecord(
-        pool=str(d["pool"]),
-        device=str(d["device"]),
-        request_names=tuple(d.get("requestNames", ())),
-        cdi_device_ids=tuple(d.get("cdiDeviceIds", ())),
-        admin_access=bool(d.get("adminAccess", False)),
-        share_id=str(d.get("shareId", "")),
-        backend_state=dict(d.get("backendState", {})),
+        pool=_field(d, "pool", str, None),
+        device=_field(d, "device", str, None),
+        request_names=_strings(d, "requestNames"),
+        cdi_device_ids=_strings(d, "cdiDeviceIds"),
+        admin_access=_field(d, "adminAccess", bool, False),
+        share_id=_field(d, "shareId", str, ""),
+        backend_state=dict(_field(d, "backendState", dict, {})),
+    )
+
+
+def _record_from_dict(uid: str, value: Any) -> ClaimRecord:
+    r = _mapping(value, f"claim {uid[:64]!r}")
+    state = _field(r, "state", str, None)
+    if state not in {s.value for s in ClaimState}:
+        raise CodecError(f"claim {uid[:64]!r} has unknown state {state[:64]!r}")
+    cdi_spec = r.get("cdiSpec")
+    if cdi_spec is not None:
+        _mapping(cdi_spec, f"claim {uid[:64]!r} cdiSpec")
+    return ClaimRecord(
+        uid=uid,
+        namespace=_field(r, "namespace", str, None),
+        name=_field(r, "name", str, None),
+        state=ClaimState(state),
+        devices=tuple(_device_from_dict(d) for d in _field(r, "devices", list, [])),
+        cdi_spec=cdi_spec,
+        finalizer_added=_field(r, "finalizerAdded", bool, False),
+        boot_id=_field(r, "bootId", str, ""),
+        updated_at=_field(r, "updatedAt", str, ""),
     )
 
 
 def _from_v2(doc: Mapping[str, Any]) -> Checkpoint:
-    claims: dict[str, ClaimRecord] = {}
-    for uid, r in doc.get("claims", {}).items():
-        claims[uid] = ClaimRecord(
-            uid=uid,
-            namespace=str(r["namespace"]),
-            name=str(r["name"]),
-            state=ClaimState(r["state"]),
-            devices=tuple(_device_from_dict(d) for d in r.get("devices", ())),
-            cdi_spec=r.get("cdiSpec"),
-            finalizer_added=bool(r.get("finalizerAdded", False)),
-            boot_id=str(r.get("bootId", "")),
-            updated_at=str(r.get("updatedAt", "")),
-        )
+    claims = _mapping(doc.get("claims", {}), "'claims'")
     return Checkpoint(
-        driver=str(doc.get("driver", "")), boot_id=str(doc.get("bootId", "")), claims=claims
+        driver=_field(doc, "driver", str, ""),
+        boot_id=_field(doc, "bootId", str, ""),
+        claims={uid: _record_from_dict(uid, r) for uid, r in claims.items()},
     )
 
 
 def _migrate_v1(doc: Mapping[str, Any]) -> dict[str, Any]:
     """v1 stored only completed claims ``{uid: {namespace, name, devices, cdiSpec}}``."""
+    prepared = _mapping(doc.get("preparedClaims", {}), "'preparedClaims'")
     return {
         "apiVersion": f"{API_GROUP}/v2",
         "kind": KIND,
         "driver": doc.get("driver", ""),
         "bootId": "",
         "claims": {
-            uid: {**r, "state": ClaimState.PREPARE_COMPLETED.value, "finalizerAdded": False}
-            for uid, r in doc.get("preparedClaims", {}).items()
+            uid: {
+                **_mapping(r, f"claim {uid[:64]!r}"),
+                "state": ClaimState.PREPARE_COMPLETED.value,
+                "finalizerAdded": False,
+            }
+            for uid, r in prepared.items()
         },
     }
 
@@ -131,38 +188,60 @@ def _migrate_v1(doc: Mapping[str, Any]) -> dict[str, Any]:
 _MIGRATIONS: dict[int, Callable[[Mapping[str, Any]], dict[str, Any]]] = {1: _migrate_v1}
 
 
+def _version(doc: Mapping[str, Any]) -> int:
+    api_version = doc.get("apiVersion")
+    kind = doc.get("kind")
+    group, _, version_text = str(api_version).partition("/")
+    digits = version_text[1:]
+    if (
+        not isinstance(api_version, str)
+        or group != API_GROUP
+        or kind != KIND
+        or not version_text.startswith("v")
+        or not (digits.isascii() and digits.isdigit() and len(digits) <= 4)
+    ):
+        raise CodecError(f"unknown checkpoint type {str(api_version)[:80]!r} {str(kind)[:80]!r}")
+    return int(digits)
+
+
 def decode(raw: bytes) -> tuple[Checkpoint, int]:
-    """Verify and parse stored bytes; returns the checkpoint and the schema version read."""
+    """Verify and parse stored bytes; returns the checkpoint and the schema version read.
+
+    Any input at all either decodes or raises ``CodecError``; nothing else escapes.
+    """
     if not raw.strip():
         raise CodecError("file is empty")
-    try:
-        envelope = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CodecError(f"not JSON ({exc})") from exc
+    envelope = _parse_json(raw, "the file")
     if not isinstance(envelope, dict) or not isinstance(envelope.get("data"), str):
         raise CodecError("not a checkpoint envelope (no 'data' string)")
     data: str = envelope["data"]
-    if envelope.get("checksum") != checksum(data):
-        raise CodecError("checksum mismatch: the file was changed or truncated")
     try:
-        doc = json.loads(data)
-        api_version = str(doc.get("apiVersion", ""))
-        group, _, version_text = api_version.partition("/")
-        if group != API_GROUP or doc.get("kind") != KIND or not version_text.startswith("v"):
-            raise CodecError(f"unknown checkpoint type {api_version!r} {doc.get('kind')!r}")
-        version = int(version_text[1:])
-        if version > CURRENT_VERSION:
-            raise CodecError(
-                f"written by a newer dralet (schema v{version}, this release reads up to "
-                f"v{CURRENT_VERSION}); refusing to guess"
-            )
+        expected = checksum(data)
+    except UnicodeEncodeError as exc:
+        raise CodecError(f"'data' holds a lone surrogate at index {exc.start}") from exc
+    if envelope.get("checksum") != expected:
+        raise CodecError("checksum mismatch: the file was changed or truncated")
+    doc = _mapping(_parse_json(data, "'data'"), "'data'")
+    try:
+        # JSON escapes can spell lone surrogates, which no file can store: such a record
+        # could be read but never written back.
+        _canonical(doc).encode()
+    except UnicodeEncodeError as exc:
+        raise CodecError("'data' holds a string with a lone surrogate") from exc
+    except (RecursionError, ValueError) as exc:
+        raise CodecError(f"'data' cannot be written back ({type(exc).__name__})") from exc
+    version = read_version = _version(doc)
+    if version > CURRENT_VERSION:
+        raise CodecError(
+            f"written by a newer dralet (schema v{version}, this release reads up to "
+            f"v{CURRENT_VERSION}); refusing to guess"
+        )
+    try:
         while version < CURRENT_VERSION:
             if version not in _MIGRATIONS:
                 raise CodecError(f"schema v{version} is too old to migrate")
             doc = _MIGRATIONS[version](doc)
             version += 1
-        return _from_v2(doc), int(version_text[1:])
-    except CodecError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise CodecError(f"malformed content ({type(exc).__name__}: {exc})") from exc
+        return _from_v2(doc), read_version
+    except RecursionError as exc:
+        raise CodecError("content is nested too deeply") from exc

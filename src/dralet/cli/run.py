@@ -10,13 +10,14 @@ from pathlib import Path
 
 import click
 
-from dralet import logs
+from dralet import errors, logs
 from dralet.drivers import example
 from dralet.kube import access
 from dralet.kube.claims import ClaimClient
 from dralet.kube.client import connect
 from dralet.kube.events import NodeEvents
 from dralet.metrics import DriverMetrics
+from dralet.node import directories
 from dralet.node.devices import TaintEffect
 from dralet.node.publisher import PublisherSettings, SlicePublisher
 from dralet.node.runner import BackgroundWork, Driver
@@ -24,7 +25,7 @@ from dralet.node.settings import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR, Driv
 
 __all__ = ["RunOptions", "command", "serve"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("dralet.run")
 
 _TAINT_EFFECTS: dict[str, TaintEffect | None] = {
     "NoSchedule": "NoSchedule",
@@ -62,6 +63,8 @@ def _backend(options: RunOptions, settings: DriverSettings) -> example.Simulated
 async def serve(settings: DriverSettings, options: RunOptions) -> None:
     """Run the driver until SIGTERM."""
     metrics = DriverMetrics()
+    for note in directories.prepare_directories(settings):  # before the backend's own setup
+        log.warning("%s", note)
     backend = _backend(options, settings)
     if options.api is None:
         log.warning(
@@ -219,16 +222,19 @@ def command(
 ) -> None:
     """Run a DRA driver on this node (the DaemonSet entrypoint)."""
     logs.configure(fmt=log_format, level=log_level)
+    plugin_dir = plugin_dir or KUBELET_PLUGINS_DIR / driver_name
+    state_dir = state_dir or plugin_dir / "backend"
     settings = DriverSettings(
         driver_name=driver_name,
         node_name=node_name,
-        plugin_dir=plugin_dir or KUBELET_PLUGINS_DIR / driver_name,
+        plugin_dir=plugin_dir,
         registry_dir=registry_dir,
         cdi_dir=cdi_dir,
         pod_uid=pod_uid,
         health_port=health_port,
         metrics_port=metrics_port,
         stale_claim_grace=stale_claim_grace,
+        backend_state_dir=state_dir,
     )
     try:
         api = access.resolve(
@@ -245,7 +251,7 @@ def command(
         raise click.UsageError(f"--standalone conflicts with the API access {api.describe()}")
     options = RunOptions(
         driver=driver,
-        state_dir=state_dir or settings.plugin_dir / "backend",
+        state_dir=state_dir,
         gpus=gpus,
         api=api,
         publish=publish,
@@ -262,3 +268,8 @@ def command(
     except access.ApiAccessError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
+    except errors.PermanentError as exc:
+        # One line naming the directory or socket, no traceback: nothing here is a bug.
+        log.error("cannot start: %s", exc)  # noqa: TRY400
+        unusable_dir = isinstance(exc, directories.DirectoryError)
+        sys.exit(directories.EXIT_UNUSABLE_DIRECTORY if unusable_dir else 1)

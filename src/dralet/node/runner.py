@@ -17,26 +17,29 @@ import signal
 import socket
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import grpc
 from aiohttp import web
+from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from dralet import errors, fsutil
+from dralet import errors
 from dralet.metrics import DriverMetrics
-from dralet.node import service
+from dralet.node import directories, service
 from dralet.node.backend import DeviceBackend
 from dralet.node.claims import ClaimSource, EventSink
 from dralet.node.ledger import Ledger, RecoveryReport
 from dralet.node.settings import DriverSettings
 from dralet.node.tasks import TaskSet
+from dralet.protocol import wire
 from dralet.protocol.proto import (
-    dra_v1_pb2_grpc,
-    dra_v1beta1_pb2_grpc,
-    drahealth_v1alpha1_pb2_grpc,
-    pluginregistration_v1_pb2_grpc,
+    dra_v1_pb2,
+    dra_v1beta1_pb2,
+    drahealth_v1alpha1_pb2,
+    pluginregistration_v1_pb2,
 )
 
 __all__ = ["Driver"]
@@ -73,6 +76,8 @@ def _check_socket_path(path: Path) -> None:
 def _remove_stale_socket(path: Path) -> None:
     if not path.exists() and not path.is_symlink():
         return
+    if path.is_dir() and not path.is_symlink():
+        raise errors.PermanentError(f"socket path {path} is a directory; remove it first")
     if _socket_is_live(path):
         raise errors.PermanentError(
             f"another process is serving {path}; run one instance per socket name "
@@ -80,6 +85,11 @@ def _remove_stale_socket(path: Path) -> None:
         )
     path.unlink()
     log.info("removed stale socket %s", path)
+
+
+def _service(module: ModuleType, name: str) -> ServiceDescriptor:
+    service_descriptor: ServiceDescriptor = module.DESCRIPTOR.services_by_name[name]
+    return service_descriptor
 
 
 class Driver:
@@ -123,7 +133,12 @@ class Driver:
 
     async def start(self) -> None:
         s = self.settings
-        fsutil.ensure_private_dir(s.plugin_dir)
+        for note in directories.prepare_directories(s):
+            log.warning("%s", note)
+        # Before recovery: no write of this process is in flight yet, and a leftover a
+        # live writer of another instance still holds is left alone.
+        for leftover in directories.sweep_temp_files(s):
+            log.info("removed temp file %s left by an interrupted write", leftover)
         self.recovery = await self.ledger.recover()
         for action, subject in self.recovery.actions:
             log.warning("recovery: %s %s", action, subject)
@@ -167,25 +182,31 @@ class Driver:
         os.chmod(path, 0o600)
 
     async def _start_dra_server(self) -> None:
-        server = grpc.aio.server()
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(service.DRAv1Servicer(self.ledger), server)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
-            service.DRAv1beta1Servicer(self.ledger), server
+        server = grpc.aio.server(options=wire.server_options())
+        wire.add_service(
+            server, service.DRAv1Servicer(self.ledger), _service(dra_v1_pb2, "DRAPlugin")
         )
-        drahealth_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+        wire.add_service(
+            server,
+            service.DRAv1beta1Servicer(self.ledger),
+            _service(dra_v1beta1_pb2, "DRAPlugin"),
+        )
+        wire.add_service(
+            server,
             service.ResourceHealthServicer(
                 self.backend, pool=self.settings.pool_name, interval=self.settings.health_interval
             ),
-            server,
+            _service(drahealth_v1alpha1_pb2, "DRAResourceHealth"),
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         await self._bind_unix(server, self.settings.dra_socket)
         self._dra_server = server
 
     async def _start_registration_server(self) -> None:
-        self.settings.registry_dir.mkdir(parents=True, exist_ok=True)
-        server = grpc.aio.server()
-        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(self.registration, server)
+        server = grpc.aio.server(options=wire.server_options())
+        wire.add_service(
+            server, self.registration, _service(pluginregistration_v1_pb2, "Registration")
+        )
         await self._bind_unix(server, self.settings.registration_socket)
         self._registration_server = server
 
@@ -242,7 +263,8 @@ class Driver:
         if self._dra_server is not None:
             await self._dra_server.stop(grace)
         await self.ledger.work.close(grace=grace)
-        self.settings.dra_socket.unlink(missing_ok=True)
+        if self._dra_server is not None:  # never another instance's socket
+            self.settings.dra_socket.unlink(missing_ok=True)
         if self._health_server is not None:
             await self._health_server.stop(None)
         if self._metrics_runner is not None:

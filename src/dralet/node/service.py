@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from dralet import errors, logs
+from dralet import errors, kubenames, logs
 from dralet.node.backend import DeviceBackend, DeviceHealth, HealthStatus
 from dralet.node.ledger import Ledger, PrepareOutcome, parse_claim_refs
 from dralet.protocol.proto import (
@@ -90,6 +90,20 @@ async def _abort_invalid(context: Any, exc: errors.InvalidRequestError) -> None:
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
 
+def _split_noncanonical(claims: Any) -> tuple[list[Any], dict[str, str]]:
+    """Claims keyed as sent, and a per-claim error for each upper-case UID.
+
+    A UID is answered under exactly the key the kubelet sent; one that is a UUID but not
+    lower-case is never re-keyed, it gets its own error.
+    """
+    rejected = {
+        c.uid: f"claim uid {c.uid!r} {kubenames.uid_problem(c.uid)}"
+        for c in claims
+        if c.uid != c.uid.lower() and kubenames.uid_problem(c.uid.lower()) is None
+    }
+    return [c for c in claims if c.uid not in rejected], rejected
+
+
 def _fill_prepare_response(
     pb2: ModuleType, outcomes: Mapping[str, PrepareOutcome], *, with_share_id: bool
 ) -> Any:
@@ -130,22 +144,27 @@ class _DRAImplementation:
 
     async def prepare(self, request: Any, context: Any) -> Any:
         with logs.bind(request_id=uuid.uuid4().hex[:12], rpc="NodePrepareResources"):
+            claims, rejected = _split_noncanonical(request.claims)
             try:
-                refs = parse_claim_refs([(c.namespace, c.uid, c.name) for c in request.claims])
+                refs = parse_claim_refs([(c.namespace, c.uid, c.name) for c in claims])
             except errors.InvalidRequestError as exc:
                 await _abort_invalid(context, exc)
                 raise
-            outcomes = await self.ledger.prepare(refs)
+            outcomes = {
+                **{uid: PrepareOutcome(error=e) for uid, e in rejected.items()},
+                **await self.ledger.prepare(refs),
+            }
             return _fill_prepare_response(self.pb2, outcomes, with_share_id=self.with_share_id)
 
     async def unprepare(self, request: Any, context: Any) -> Any:
         with logs.bind(request_id=uuid.uuid4().hex[:12], rpc="NodeUnprepareResources"):
+            claims, rejected = _split_noncanonical(request.claims)
             try:
-                refs = parse_claim_refs([(c.namespace, c.uid, c.name) for c in request.claims])
+                refs = parse_claim_refs([(c.namespace, c.uid, c.name) for c in claims])
             except errors.InvalidRequestError as exc:
                 await _abort_invalid(context, exc)
                 raise
-            outcomes = await self.ledger.unprepare(refs)
+            outcomes = {**rejected, **await self.ledger.unprepare(refs)}
             return _fill_unprepare_response(self.pb2, outcomes)
 
 

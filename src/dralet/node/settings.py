@@ -49,6 +49,9 @@ class DriverSettings:
     """TCP port for Prometheus metrics; None disables it."""
     metrics_host: str = "0.0.0.0"  # noqa: S104 - a DaemonSet exposes metrics on the pod IP
     """Address the metrics and health servers bind to."""
+    backend_state_dir: Path | None = None
+    """The backend's own state dir, if any: checked at start and swept of temp files
+    ``dralet.atomic_write`` left behind."""
 
     def __post_init__(self) -> None:
         driver_problem = kubenames.driver_name_problem(self.driver_name)
@@ -68,6 +71,8 @@ class DriverSettings:
         # The kubelet dials the endpoint we advertise: it must be an absolute path.
         for name in ("plugin_dir", "registry_dir", "cdi_dir"):
             object.__setattr__(self, name, getattr(self, name).absolute())
+        if self.backend_state_dir is not None:
+            object.__setattr__(self, "backend_state_dir", self.backend_state_dir.absolute())
 
     @property
     def cdi_kind(self) -> str:

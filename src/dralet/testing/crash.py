@@ -44,7 +44,7 @@ from typing import Any
 
 import grpc
 
-from dralet import errors, failpoints
+from dralet import errors, failpoints, fsutil
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint import store as checkpoint_store
 from dralet.drivers.example import SimulatedGPUs
@@ -277,6 +277,7 @@ class _Run:
             plugin_dir=self.paths.plugin_dir,
             registry_dir=self.paths.registry_dir,
             cdi_dir=self.paths.cdi_dir,
+            backend_state_dir=self.paths.state_dir,
         )
         self.specs = cdi_store.SpecStore(self.node_settings.cdi_dir, self.node_settings.cdi_kind)
         self.checkpoints = checkpoint_store.CheckpointStore(self.node_settings.checkpoint_path)
@@ -584,9 +585,20 @@ class _Run:
                         f"holders of its devices: {holders}"
                     )
 
+    def temp_leftovers(self) -> list[str]:
+        """Temp files of interrupted writes still on the node (a restart sweeps them)."""
+        found: list[str] = []
+        for top in (self.paths.cdi_dir, self.paths.plugin_dir, self.paths.state_dir):
+            for directory, _, names in os.walk(top):
+                found += [os.path.join(directory, n) for n in names if fsutil.is_temp_name(n)]
+        return sorted(found)
+
     async def audit_node(self, *, empty: bool, when: str = "settled") -> None:
         assert self.gpus is not None
         assert self.cluster is not None
+        temps = self.temp_leftovers()
+        if temps:
+            self.violation(f"{when}: temp files of interrupted writes remain: {temps}")
         snapshot = await audit.take_snapshot(
             self.node_settings, backend=self.gpus, claims=_ApiClaims(self.cluster.api)
         )

@@ -1,0 +1,180 @@
+"""The node directories a driver uses: checked (and created) at start, swept of temp leftovers.
+
+Four directories, two kinds. The plugin dir and the backend state dir are the driver's
+own: each must be a real directory (a symlink there is refused, so a mode change or a
+sweep can never land elsewhere), owned by root or by the driver's user, and a group- or
+world-writable one is tightened to its private mode, like any daemon's own data dir.
+The CDI dir and the registry dir are shared with the container runtime and the kubelet:
+each may be a symlink to a real directory, but one writable by group or other is
+refused, never changed, because another program set it up that way. Every ancestor must
+not be writable by group or other unless it has the sticky bit (like ``/tmp``), or
+another user could swap the directory itself.
+
+Every fault is one ``DirectoryError`` naming the directory and what is wrong with it;
+``dralet run`` logs it as one line and exits with ``EXIT_UNUSABLE_DIRECTORY``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from dralet import errors, fsutil
+from dralet.cdi.store import SpecStore
+from dralet.node.settings import DriverSettings
+
+__all__ = [
+    "EXIT_UNUSABLE_DIRECTORY",
+    "DirectoryError",
+    "DirectoryRule",
+    "prepare_directories",
+    "rules_for",
+    "sweep_temp_files",
+]
+
+EXIT_UNUSABLE_DIRECTORY = 78
+"""Exit status of ``dralet run`` when a directory is unusable (``EX_CONFIG``)."""
+
+_WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+
+
+class DirectoryError(errors.PermanentError):
+    """A directory the driver needs is missing and cannot be made, or is unsafe."""
+
+
+@dataclass(frozen=True)
+class DirectoryRule:
+    role: str
+    """What the directory is for, as named in messages (``CDI dir``)."""
+    path: Path
+    private: bool
+    """The driver's own (repaired to ``mode``) rather than shared (refused if unsafe)."""
+    mode: int
+    """Mode when created, and for a private directory the mode it is kept at."""
+
+
+def rules_for(settings: DriverSettings) -> list[DirectoryRule]:
+    rules = [
+        DirectoryRule("plugin dir", settings.plugin_dir, private=True, mode=0o700),
+        # Created by the kubelet with 0750; only if it is missing do we make it.
+        DirectoryRule("registry dir", settings.registry_dir, private=False, mode=0o750),
+        # Read by the container runtime, possibly as another user: 0755 like the CDI library.
+        DirectoryRule("CDI dir", settings.cdi_dir, private=False, mode=0o755),
+    ]
+    if settings.backend_state_dir is not None:
+        rules.append(
+            DirectoryRule("backend state dir", settings.backend_state_dir, private=True, mode=0o700)
+        )
+    return rules
+
+
+def _fail(rule: DirectoryRule, problem: str) -> DirectoryError:
+    return DirectoryError(f"{rule.role} {rule.path} {problem}")
+
+
+def _create(rule: DirectoryRule) -> None:
+    try:
+        rule.path.mkdir(parents=True, mode=rule.mode)
+    except OSError as exc:
+        if isinstance(exc, FileExistsError) and os.path.lexists(rule.path):
+            return  # made by someone else in the meantime: checked like any other
+        where = ""
+        if exc.filename and exc.filename != str(rule.path):
+            where = f" ({exc.filename})"
+            if os.path.islink(exc.filename):
+                where = (
+                    f" ({exc.filename} is a dangling symbolic link to {os.readlink(exc.filename)})"
+                )
+        raise _fail(rule, f"cannot be created: {exc.strerror}{where}") from exc
+
+
+def _follow(rule: DirectoryRule) -> os.stat_result:
+    """``stat`` of the directory, with a clear message for each way it can be broken."""
+    try:
+        link = os.lstat(rule.path)
+    except FileNotFoundError:
+        _create(rule)
+        link = os.lstat(rule.path)
+    except OSError as exc:
+        raise _fail(rule, f"cannot be looked up: {exc.strerror}") from exc
+    if not stat.S_ISLNK(link.st_mode):
+        return link
+    target = os.readlink(rule.path)
+    if rule.private:
+        raise _fail(rule, f"is a symbolic link (to {target}); it must be a real directory")
+    try:
+        return os.stat(rule.path)
+    except FileNotFoundError as exc:
+        raise _fail(rule, f"is a dangling symbolic link (to {target})") from exc
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _fail(rule, f"is a symbolic link loop (via {target})") from exc
+        raise _fail(rule, f"is a symbolic link (to {target}) that fails: {exc.strerror}") from exc
+
+
+def _check_ancestors(rule: DirectoryRule) -> None:
+    for ancestor in rule.path.resolve().parents:
+        mode = os.stat(ancestor).st_mode
+        if mode & _WRITABLE_BY_OTHERS and not mode & stat.S_ISVTX:
+            raise _fail(
+                rule,
+                f"lies under {ancestor}, which is writable by group or other without the "
+                f"sticky bit (mode {stat.S_IMODE(mode):04o}): another user could replace it",
+            )
+
+
+def _check(rule: DirectoryRule) -> str | None:
+    """Check (and create or repair) one directory; returns a note on any repair made."""
+    st = _follow(rule)
+    if not stat.S_ISDIR(st.st_mode):
+        raise _fail(rule, f"is {fsutil.file_kind(st.st_mode)}, not a directory")
+    euid = os.geteuid()
+    if st.st_uid not in (0, euid):
+        raise _fail(rule, f"is owned by uid {st.st_uid}; it must be owned by root or uid {euid}")
+    _check_ancestors(rule)
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & _WRITABLE_BY_OTHERS:
+        return None
+    if not rule.private:
+        raise _fail(
+            rule,
+            f"is writable by group or other (mode {mode:04o}); anyone could plant files "
+            "the runtime or the kubelet then trusts",
+        )
+    fsutil.ensure_private_dir(rule.path, mode=rule.mode)
+    return (
+        f"{rule.role} {rule.path} was writable by group or other (mode {mode:04o}); "
+        f"set to {rule.mode:04o}"
+    )
+
+
+def prepare_directories(settings: DriverSettings) -> list[str]:
+    """Check every directory the driver uses, creating missing ones.
+
+    Returns a note for each repair made; raises ``DirectoryError`` for the first
+    directory that cannot be used.
+    """
+    notes: list[str] = []
+    for rule in rules_for(settings):
+        note = _check(rule)
+        if note is not None:
+            notes.append(note)
+    return notes
+
+
+def sweep_temp_files(settings: DriverSettings) -> list[Path]:
+    """Remove the temp files interrupted writes left in every directory the driver owns.
+
+    In the shared CDI dir only temp files of this driver's own spec files; in the plugin
+    dir and the backend state dir (both the driver's alone) every ``atomic_write`` temp
+    file, in subdirectories too. A temp file a live writer still holds is left alone.
+    """
+    removed = SpecStore(settings.cdi_dir, settings.cdi_kind).sweep_temp_files()
+    removed += fsutil.sweep_temp_files(settings.plugin_dir, recursive=True)
+    state_dir = settings.backend_state_dir
+    if state_dir is not None and not state_dir.is_relative_to(settings.plugin_dir):
+        removed += fsutil.sweep_temp_files(state_dir, recursive=True)
+    return removed
