@@ -63,6 +63,7 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
         metrics=metrics,
     ) as client:
         background: dict[str, BackgroundWork] = {}
+        ready_after: tuple[asyncio.Event, ...] = ()
         if options.publish:
             publisher = SlicePublisher(
                 client,
@@ -73,6 +74,7 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
                 metrics=metrics,
             )
             background["resourceslices"] = publisher.run
+            ready_after = (publisher.published,)
         driver = Driver(
             settings,
             backend,
@@ -80,6 +82,7 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
             metrics=metrics,
             background=background,
             events=NodeEvents(client, driver=settings.driver_name, node_name=settings.node_name),
+            ready_after=ready_after,
         )
         await driver.run()
 

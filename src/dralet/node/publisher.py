@@ -133,6 +133,8 @@ class SlicePublisher:
         self._task: asyncio.Task[None] | None = None
         self.reconciles = 0
         """Completed reconciles (for tests and the audit)."""
+        self.published = asyncio.Event()
+        """Set once a reconcile has completed: the node's slices are what the backend says."""
 
     @property
     def generation(self) -> int | None:
@@ -182,6 +184,7 @@ class SlicePublisher:
                 log.info("ResourceSlice changed under us (attempt %d); re-reading", attempt + 1)
                 continue
             self.reconciles += 1
+            self.published.set()
             return plan
         raise AssertionError("unreachable")  # pragma: no cover
 
