@@ -54,6 +54,7 @@ HELM_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dralet/helm/$(HELM_VERSION)
 export DRALET_HELM := $(HELM_DIR)/helm
 
 $(HELM_DIR)/helm:
+	@command -v go >/dev/null || { echo "make helm: needs Go (it builds helm.sh/helm/v4/cmd/helm)" >&2; exit 2; }
 	@echo "building helm $(HELM_VERSION) into $(HELM_DIR) (once; a few minutes)"
 	@mkdir -p $(HELM_DIR)
 	GOBIN=$(HELM_DIR) go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
