@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# The dralet DRA driver image: `dralet run` is the entrypoint; the DaemonSet in
-# deploy/ passes the flags (driver, sockets, CDI dir, ports).
+# The dralet DRA driver image: `dralet run` is the entrypoint; the Helm chart in
+# deploy/chart/dralet passes the flags (driver, sockets, CDI dir, ports).
 #
 #   docker build -t dralet:0.1.0 .
 #

@@ -47,6 +47,21 @@ protos-check: $(CODEGEN_VENV)/.installed
 
 check: lint typecheck imports protos-check
 
+# Helm, built once from its Go module into a per-version cache dir (a no-op when present).
+# tests/deploy render the chart with it; exported so `make test` finds this version.
+HELM_VERSION ?= v4.3.2
+HELM_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dralet/helm/$(HELM_VERSION)
+export DRALET_HELM := $(HELM_DIR)/helm
+
+$(HELM_DIR)/helm:
+	@command -v go >/dev/null || { echo "make helm: needs Go (it builds helm.sh/helm/v4/cmd/helm)" >&2; exit 2; }
+	@echo "building helm $(HELM_VERSION) into $(HELM_DIR) (once; a few minutes)"
+	@mkdir -p $(HELM_DIR)
+	GOBIN=$(HELM_DIR) go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+
+.PHONY: helm
+helm: $(HELM_DIR)/helm
+
 bench: install
 	$(PY) benchmarks/run_all.py
 

@@ -1,4 +1,9 @@
-"""Rendering deploy/ with ``kubectl kustomize`` and strict Kubernetes schemas per version.
+"""Rendering the Helm chart with ``helm template`` and strict Kubernetes schemas per version.
+
+The chart (deploy/chart/dralet) is the one source of every manifest. ``helm`` is the
+binary ``make helm`` builds (``$DRALET_HELM`` when it exists, else the newest under
+``${XDG_CACHE_HOME:-~/.cache}/dralet/helm/``, else one on ``$PATH``); without it these
+tests skip, except under ``CI=true``, where they fail.
 
 The schemas are kubernetes-validate's bundled ``-strict`` OpenAPI conversions (unknown
 fields are errors). One validator is built per (Kubernetes version, apiVersion, kind)
@@ -11,9 +16,11 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import json
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,15 +31,96 @@ import referencing
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-DEPLOY = REPO / "deploy"
-KUBECTL = "kubectl"
-RENDER_TIMEOUT_S = 60
+CHART = REPO / "deploy" / "chart" / "dralet"
+RELEASE = "dralet"
+NAMESPACE = "dralet"
+HELM_TIMEOUT_S = 60
+KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
+"""Every Kubernetes version the chart supports: the floor to the current release."""
 
 Document = dict[str, Any]
+Settings = tuple[tuple[str, str], ...]
 
 
 class SchemaNotFoundError(LookupError):
     """The Kubernetes version serves no such apiVersion/kind."""
+
+
+class RenderError(Exception):
+    """``helm template`` refused the values; the message is helm's."""
+
+
+def _cached_helms() -> list[Path]:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    found = [p for p in (cache / "dralet" / "helm").glob("*/helm") if os.access(p, os.X_OK)]
+
+    def version(path: Path) -> tuple[int, ...]:
+        return tuple(int(n) for n in re.findall(r"\d+", path.parent.name))
+
+    return sorted(found, key=version, reverse=True)
+
+
+def find_helm() -> str | None:
+    """The helm binary to use, or None."""
+    given = os.environ.get("DRALET_HELM")
+    if given and os.access(given, os.X_OK):
+        return given
+    cached = _cached_helms()
+    if cached:
+        return str(cached[0])
+    return shutil.which("helm")
+
+
+@functools.cache
+def helm_binary() -> str:
+    """The helm binary; skips (fails under CI=true) when there is none."""
+    helm = find_helm()
+    if helm is None:
+        reason = "helm is not installed: `make helm` builds it"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return helm
+
+
+@functools.cache
+def _helm_home() -> dict[str, str]:
+    """Private Helm config, cache and data dirs: tests never read or touch the user's."""
+    home = Path(tempfile.mkdtemp(prefix="dralet-helm-"))
+    return {f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CONFIG", "CACHE", "DATA")}
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm_binary(), *args],
+        capture_output=True,
+        text=True,
+        timeout=HELM_TIMEOUT_S,
+        check=False,
+        env={**os.environ, **_helm_home()},
+    )
+
+
+def set_args(settings: Settings) -> list[str]:
+    return [arg for name, value in settings for arg in ("--set", f"{name}={value}")]
+
+
+@functools.cache
+def render_chart(kube_version: str, settings: Settings = ()) -> tuple[Document, ...]:
+    """The objects ``helm template`` makes for a cluster of ``kube_version``."""
+    completed = run_helm(
+        "template",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--kube-version",
+        f"{kube_version}.0",
+        *set_args(settings),
+    )
+    if completed.returncode != 0:
+        raise RenderError(completed.stderr.strip())
+    return tuple(d for d in yaml.safe_load_all(completed.stdout) if d)
 
 
 def _schema_dir(version: str) -> importlib.resources.abc.Traversable:
@@ -74,25 +162,21 @@ def schema_errors(document: Mapping[str, Any], version: str) -> list[str]:
     ]
 
 
-@functools.cache
-def _render(target: str) -> tuple[Document, ...]:
-    completed = subprocess.run(
-        [KUBECTL, "kustomize", str(DEPLOY / target)],
-        capture_output=True,
-        text=True,
-        timeout=RENDER_TIMEOUT_S,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    return tuple(d for d in yaml.safe_load_all(completed.stdout) if d)
+Render = Callable[..., tuple[Document, ...]]
 
 
 @pytest.fixture(scope="session")
-def render() -> Callable[[str], tuple[Document, ...]]:
-    """``render("overlays/k8s-1.34")``: the objects ``kubectl kustomize`` produces."""
-    if shutil.which(KUBECTL) is None:
-        pytest.skip("kubectl (for `kubectl kustomize`) is not installed")
-    return _render
+def render() -> Render:
+    """``render("1.34", (("driverName", "x.example.org"),))``: the chart's objects."""
+    helm_binary()
+    return render_chart
+
+
+@pytest.fixture(scope="session")
+def helm() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``helm("lint", ...)``: run the helm binary."""
+    helm_binary()
+    return run_helm
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,9 @@
-"""deploy/ renders with ``kubectl kustomize`` and every object passes the strict schemas.
+"""The chart renders for every supported Kubernetes version and every object passes the
+strict schemas of that version; then the facts a node driver depends on.
 
-Each kustomize target is checked against the Kubernetes versions it is for: the base
-(version-neutral objects) against 1.32 and 1.34, each overlay and example against its
-own. Then the facts a node driver depends on: the kubelet's host paths, the downward
-API, the gRPC liveness probe on the health port, the update strategy per version,
-least-privilege RBAC, and a DeviceClass selecting the driver.
+The kubelet's host paths, the downward API, the gRPC liveness and readiness probes, the
+update strategy per version, least-privilege RBAC, a DeviceClass selecting the driver,
+the driver name set in one value, and values the chart must refuse.
 """
 
 from __future__ import annotations
@@ -15,12 +14,12 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.deploy.conftest import CHART, KUBERNETES_VERSIONS, NAMESPACE, RenderError
 
 Document = dict[str, Any]
-Render = Callable[[str], tuple[Document, ...]]
+Render = Callable[..., tuple[Document, ...]]
 SchemaErrors = Callable[[Mapping[str, Any], str], list[str]]
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DRIVER = "gpu.example.com"
 HEALTH_PORT = 51515
 METRICS_PORT = 9400
@@ -29,17 +28,17 @@ HOST_PATHS = {
     f"/var/lib/kubelet/plugins/{DRIVER}",
     "/var/run/cdi",
 }
-# kustomize target -> the Kubernetes versions it is written for
-TARGETS = {
-    "base": ("1.32", "1.34"),
-    "overlays/k8s-1.32": ("1.32", "1.33"),
-    "overlays/k8s-1.34": ("1.34", "1.35"),
-    "overlays/k8s-1.34-seamless-upgrade": ("1.34", "1.35"),
-    "examples/k8s-1.32": ("1.32", "1.33"),
-    "examples/k8s-1.34": ("1.34", "1.35"),
-}
-OVERLAYS = [t for t in TARGETS if t.startswith("overlays/")]
-CASES = [(target, version) for target, versions in TARGETS.items() for version in versions]
+EXAMPLES = (("driver.enabled", "false"), ("examples.enabled", "true"))
+V1_FROM = "1.34"
+"""resource.k8s.io/v1 is served from 1.34; 1.32 and 1.33 get v1beta1."""
+
+
+def minor(version: str) -> int:
+    return int(version.split(".")[1])
+
+
+def resource_api_version(version: str) -> str:
+    return "resource.k8s.io/v1" if minor(version) >= minor(V1_FROM) else "resource.k8s.io/v1beta1"
 
 
 def only(documents: tuple[Document, ...], kind: str) -> Document:
@@ -65,56 +64,108 @@ def env_sources(container: Document) -> dict[str, str]:
     return {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
 
 
-def test_every_target_and_manifest_is_covered() -> None:
-    kustomizations = {
-        p.parent.relative_to(DEPLOY).as_posix() for p in DEPLOY.rglob("kustomization.yaml")
+def rules_of(document: Document) -> dict[tuple[str, str], list[str]]:
+    return {
+        (group, resource): sorted(rule["verbs"])
+        for rule in document["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
     }
-    assert kustomizations - {"components/seamless-upgrade"} == set(TARGETS)
-    referenced: set[Path] = set()
-    for path in DEPLOY.rglob("kustomization.yaml"):
-        listing = yaml.safe_load(path.read_text())
-        referenced |= {
-            (path.parent / r).resolve() for r in listing.get("resources", []) if r.endswith(".yaml")
-        }
-    manifests = {p.resolve() for p in DEPLOY.rglob("*.yaml") if p.name != "kustomization.yaml"}
-    assert manifests == referenced, "a manifest under deploy/ that no kustomization uses"
 
 
-@pytest.mark.parametrize(("target", "version"), CASES, ids=[f"{t}@{v}" for t, v in CASES])
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("settings", [(), EXAMPLES], ids=["driver", "examples"])
 def test_rendered_objects_pass_the_strict_schemas(
-    render: Render, strict_schema_errors: SchemaErrors, target: str, version: str
+    render: Render,
+    strict_schema_errors: SchemaErrors,
+    version: str,
+    settings: tuple[tuple[str, str], ...],
 ) -> None:
-    documents = render(target)
+    documents = render(version, settings)
     assert documents
     problems = {
         f"{d['kind']}/{d['metadata']['name']}": strict_schema_errors(d, version) for d in documents
     }
     assert problems == {name: [] for name in problems}
+    for document in documents:
+        if document["kind"] in {"DeviceClass", "ResourceClaimTemplate"}:
+            assert document["apiVersion"] == resource_api_version(version)
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_helm_lint_is_clean(helm: Callable[..., Any], version: str) -> None:
+    for settings in ([], ["--set", "driver.enabled=false", "--set", "examples.enabled=true"]):
+        completed = helm(
+            "lint", "--strict", str(CHART), "--kube-version", f"{version}.0", *settings
+        )
+        assert completed.returncode == 0, completed.stdout + completed.stderr
+        assert "0 chart(s) failed" in completed.stdout
+
+
+def test_kubernetes_version_comes_from_the_value_or_the_cluster(render: Render) -> None:
+    from_value = only(render("1.37", (("kubernetesVersion", "1.33"),)), "DeviceClass")
+    assert from_value["apiVersion"] == "resource.k8s.io/v1beta1"
+    assert only(render("1.33"), "DeviceClass")["apiVersion"] == "resource.k8s.io/v1beta1"
+    assert only(render("1.34"), "DeviceClass")["apiVersion"] == "resource.k8s.io/v1"
+    patched = only(render("1.32", (("kubernetesVersion", "v1.35.2-gke.100"),)), "DeviceClass")
+    assert patched["apiVersion"] == "resource.k8s.io/v1"
 
 
 def test_the_1_34_objects_do_not_exist_on_1_32(
     render: Render, strict_schema_errors: SchemaErrors
 ) -> None:
-    for target in ("overlays/k8s-1.34", "examples/k8s-1.34"):
-        (claims_object,) = [
-            d for d in render(target) if d["apiVersion"].startswith("resource.k8s.io/")
-        ]
-        assert claims_object["apiVersion"] == "resource.k8s.io/v1"
-        with pytest.raises(LookupError, match=r"has no resource\.k8s\.io/v1 "):
-            strict_schema_errors(claims_object, "1.32")
+    for settings in ((), EXAMPLES):
+        for document in render("1.34", settings):
+            if document["apiVersion"].startswith("resource.k8s.io/"):
+                assert document["apiVersion"] == "resource.k8s.io/v1"
+                with pytest.raises(LookupError, match=r"has no resource\.k8s\.io/v1 "):
+                    strict_schema_errors(document, "1.32")
 
 
 def test_the_1_32_claim_shape_is_refused_by_the_v1_schema(
     render: Render, strict_schema_errors: SchemaErrors
 ) -> None:
-    template = only(render("examples/k8s-1.32"), "ResourceClaimTemplate")
+    template = only(render("1.32", EXAMPLES), "ResourceClaimTemplate")
     as_v1 = {**template, "apiVersion": "resource.k8s.io/v1"}
     assert strict_schema_errors(as_v1, "1.34")  # v1 nests the request under `exactly`
 
 
-@pytest.mark.parametrize("target", OVERLAYS)
-def test_daemonset_mounts_the_kubelet_dirs_at_the_same_paths(render: Render, target: str) -> None:
-    documents = render(target)
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ((("kubernetesVersion", "1.31"),), "kubernetesVersion"),
+        ((("kubernetesVersion", "1.38"),), "kubernetesVersion"),
+        ((("kubernetesVersion", "latest"),), "kubernetesVersion"),
+        ((("driverName", "Bad_Driver"),), "driverName"),
+        ((("cdiDir", "var/run/cdi"),), "cdiDir"),
+        ((("image.tag", "latest"),), "tag"),
+        ((("logFormat", "yaml"),), "logFormat"),
+        ((("backend.flags.Bad_Flag", "1"),), "Bad_Flag"),
+        ((("unknownValue", "1"),), "unknownValue"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_value(
+    render: Render, settings: tuple[tuple[str, str], ...], message: str
+) -> None:
+    with pytest.raises(RenderError, match=message):
+        render("1.34", settings)
+
+
+def test_clusters_outside_1_32_to_1_37_are_refused(render: Render) -> None:
+    with pytest.raises(RenderError, match=r"requires kubeVersion: >=1\.32"):
+        render("1.31")
+    with pytest.raises(RenderError, match=r"Kubernetes 1\.38 .*supports 1\.32 to 1\.37"):
+        render("1.38")
+
+
+def test_seamless_upgrade_is_refused_on_1_32(render: Render) -> None:
+    with pytest.raises(RenderError, match=r"seamlessUpgrade: needs Kubernetes 1\.33"):
+        render("1.32", (("seamlessUpgrade", "true"),))
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_daemonset_mounts_the_kubelet_dirs_at_the_same_paths(render: Render, version: str) -> None:
+    documents = render(version)
     pod = only(documents, "DaemonSet")["spec"]["template"]["spec"]
     host_volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert set(host_volumes.values()) == HOST_PATHS
@@ -126,11 +177,36 @@ def test_daemonset_mounts_the_kubelet_dirs_at_the_same_paths(render: Render, tar
     assert args["--registry-dir"] == "/var/lib/kubelet/plugins_registry"
     assert args["--cdi-dir"] == "/var/run/cdi"
     assert args["--driver-name"] == DRIVER
+    assert args["--driver"] == "example"
 
 
-@pytest.mark.parametrize("target", OVERLAYS)
-def test_daemonset_identity_probe_and_ports(render: Render, target: str) -> None:
-    container = plugin_container(render(target))
+def test_kubelet_paths_follow_the_values(render: Render) -> None:
+    documents = render(
+        "1.34",
+        (
+            ("kubeletPaths.pluginsDir", "/data/kubelet/plugins"),
+            ("kubeletPaths.registryDir", "/data/kubelet/plugins_registry"),
+            ("cdiDir", "/etc/cdi"),
+        ),
+    )
+    pod = only(documents, "DaemonSet")["spec"]["template"]["spec"]
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host_paths == {
+        "/data/kubelet/plugins_registry",
+        f"/data/kubelet/plugins/{DRIVER}",
+        "/etc/cdi",
+    }
+    args = flags(plugin_container(documents))
+    assert args["--plugin-dir"] == f"/data/kubelet/plugins/{DRIVER}"
+    assert args["--registry-dir"] == "/data/kubelet/plugins_registry"
+    assert args["--cdi-dir"] == "/etc/cdi"
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_daemonset_identity_probes_and_ports(render: Render, version: str) -> None:
+    from dralet.node.runner import READINESS_SERVICE
+
+    container = plugin_container(render(version))
     args = flags(container)
     assert env_sources(container)["NODE_NAME"] == "spec.nodeName"
     assert args["--node-name"] == "$(NODE_NAME)"
@@ -139,6 +215,10 @@ def test_daemonset_identity_probe_and_ports(render: Render, target: str) -> None
     assert args["--metrics-port"] == str(METRICS_PORT)
     assert args["--log-format"] == "json"
     assert container["livenessProbe"]["grpc"] == {"port": HEALTH_PORT}
+    assert container["readinessProbe"]["grpc"] == {
+        "port": HEALTH_PORT,
+        "service": READINESS_SERVICE,
+    }
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": HEALTH_PORT, "metrics": METRICS_PORT}
     image = container["image"]
@@ -148,16 +228,19 @@ def test_daemonset_identity_probe_and_ports(render: Render, target: str) -> None
     assert tag != "latest"
 
 
-@pytest.mark.parametrize(
-    ("target", "surge"),
-    [
-        ("overlays/k8s-1.32", False),
-        ("overlays/k8s-1.34", False),
-        ("overlays/k8s-1.34-seamless-upgrade", True),
-    ],
-)
-def test_update_strategy_and_per_instance_sockets(render: Render, target: str, surge: bool) -> None:
-    documents = render(target)
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_env_var_is_used_by_an_argument(render: Render, version: str) -> None:
+    for seamless in ("true", "false") if minor(version) >= 33 else ("false",):
+        container = plugin_container(render(version, (("seamlessUpgrade", seamless),)))
+        for name in env_sources(container):
+            assert any(f"$({name})" in arg for arg in container["args"]), name
+            # dralet run reads NODE_NAME itself too; nothing else is read from the env.
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_update_strategy_and_per_instance_sockets(render: Render, version: str) -> None:
+    documents = render(version)
+    surge = minor(version) >= 33
     strategy = only(documents, "DaemonSet")["spec"]["updateStrategy"]
     container = plugin_container(documents)
     env = env_sources(container)
@@ -167,50 +250,55 @@ def test_update_strategy_and_per_instance_sockets(render: Render, target: str, s
         assert env["POD_UID"] == "metadata.uid"
         assert flags(container)["--pod-uid"] == "$(POD_UID)"
     else:
+        # A 1.32 kubelet holds one instance per driver: per-instance sockets would
+        # make the old pod's exit deregister the new one.
         assert strategy["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
-        # `dralet run` reads $POD_UID for --pod-uid: its mere presence would switch to
-        # per-instance sockets, which a 1.32 kubelet cannot handle.
         assert "POD_UID" not in env
         assert "--pod-uid" not in flags(container)
+    off = render(version, (("seamlessUpgrade", "false"),))
+    assert only(off, "DaemonSet")["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"] == 0
+    assert "--pod-uid" not in flags(plugin_container(off))
 
 
-@pytest.mark.parametrize("target", OVERLAYS)
-def test_least_privilege_rbac(render: Render, target: str) -> None:
-    documents = render(target)
-    rules = {
-        (group, resource): sorted(rule["verbs"])
-        for rule in only(documents, "ClusterRole")["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-    }
-    assert rules == {
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_least_privilege_rbac(render: Render, version: str) -> None:
+    from dralet.kube.events import EVENT_NAMESPACE
+
+    documents = render(version)
+    # Exactly the calls dralet run makes (see templates/rbac.yaml for each reason).
+    assert rules_of(only(documents, "ClusterRole")) == {
         ("resource.k8s.io", "resourceslices"): sorted(
-            ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+            ["list", "watch", "create", "patch", "delete"]
         ),
         ("resource.k8s.io", "resourceclaims"): ["get", "patch"],
         ("", "nodes"): ["get"],
-        ("", "events"): ["create"],
     }
+    role = only(documents, "Role")
+    assert role["metadata"]["namespace"] == EVENT_NAMESPACE
+    assert rules_of(role) == {("", "events"): ["create"]}
     daemonset = only(documents, "DaemonSet")
-    binding = only(documents, "ClusterRoleBinding")
     account = only(documents, "ServiceAccount")
-    assert binding["roleRef"]["name"] == only(documents, "ClusterRole")["metadata"]["name"]
-    assert binding["subjects"] == [
-        {
-            "kind": "ServiceAccount",
-            "name": account["metadata"]["name"],
-            "namespace": account["metadata"]["namespace"],
+    subject = {
+        "kind": "ServiceAccount",
+        "name": account["metadata"]["name"],
+        "namespace": NAMESPACE,
+    }
+    for binding_kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        binding = only(documents, binding_kind)
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role_kind,
+            "name": only(documents, role_kind)["metadata"]["name"],
         }
-    ]
+        assert binding["subjects"] == [subject]
     assert (
         daemonset["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
     )
-    assert daemonset["metadata"]["namespace"] == account["metadata"]["namespace"]
+    assert daemonset["metadata"]["namespace"] == account["metadata"]["namespace"] == NAMESPACE
 
 
-@pytest.mark.parametrize("target", OVERLAYS)
-def test_plugin_runs_as_root_without_capabilities(render: Render, target: str) -> None:
-    context = plugin_container(render(target))["securityContext"]
+def test_plugin_runs_as_root_without_capabilities(render: Render) -> None:
+    context = plugin_container(render("1.34"))["securityContext"]
     assert context["runAsUser"] == 0
     assert context["capabilities"] == {"drop": ["ALL"]}
     assert context["allowPrivilegeEscalation"] is False
@@ -218,24 +306,17 @@ def test_plugin_runs_as_root_without_capabilities(render: Render, target: str) -
     assert context["privileged"] is False
 
 
-@pytest.mark.parametrize(
-    ("overlay", "examples", "api_version"),
-    [
-        ("overlays/k8s-1.32", "examples/k8s-1.32", "resource.k8s.io/v1beta1"),
-        ("overlays/k8s-1.34", "examples/k8s-1.34", "resource.k8s.io/v1"),
-    ],
-)
-def test_device_class_and_example_claim(
-    render: Render, overlay: str, examples: str, api_version: str
-) -> None:
-    device_class = only(render(overlay), "DeviceClass")
-    assert device_class["apiVersion"] == api_version
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_device_class_and_example_claim(render: Render, version: str) -> None:
+    device_class = only(render(version), "DeviceClass")
+    assert device_class["apiVersion"] == resource_api_version(version)
     assert device_class["spec"]["selectors"] == [
         {"cel": {"expression": f'device.driver == "{DRIVER}"'}}
     ]
-    documents = render(examples)
+    documents = render(version, EXAMPLES)
+    assert {d["kind"] for d in documents} == {"ResourceClaimTemplate", "Pod"}
     template = only(documents, "ResourceClaimTemplate")
-    assert template["apiVersion"] == api_version
+    assert template["apiVersion"] == resource_api_version(version)
     (request,) = template["spec"]["spec"]["devices"]["requests"]
     exact = request.get("exactly", request)  # v1 nests the request under `exactly`
     assert exact["deviceClassName"] == device_class["metadata"]["name"]
@@ -247,9 +328,56 @@ def test_device_class_and_example_claim(
     assert pod["metadata"]["namespace"] == template["metadata"]["namespace"]
 
 
+def test_the_example_names_what_the_example_driver_injects() -> None:
+    from dralet.drivers.example import gpus
+
+    comment = (CHART / "templates" / "examples.yaml").read_text()
+    source = Path(gpus.__file__).read_text()
+    assert 'env=(f"EXAMPLE_GPU_{index}=' in source
+    assert 'path=f"/dev/example-gpu{index}"' in source
+    assert "EXAMPLE_GPU_<index>=" in comment
+    assert "/dev/example-gpu<index>" in comment
+
+
+def test_the_driver_name_is_set_in_one_value(render: Render) -> None:
+    other = "accel.vendor.example.org"
+    settings = (("driverName", other),)
+    rendered = yaml.safe_dump_all(render("1.34", settings) + render("1.34", settings + EXAMPLES))
+    assert DRIVER not in rendered
+    documents = render("1.34", settings)
+    assert flags(plugin_container(documents))["--driver-name"] == other
+    assert only(documents, "DeviceClass")["metadata"]["name"] == other
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["driverName"] == DRIVER
+    for template in (CHART / "templates").iterdir():
+        assert DRIVER not in template.read_text(), template.name
+
+
+def test_scheduling_values_reach_the_pod(render: Render) -> None:
+    documents = render(
+        "1.34",
+        (
+            ("nodeSelector.accelerator", "example"),
+            ("tolerations[0].key", "dedicated"),
+            ("tolerations[0].operator", "Exists"),
+            ("resources.limits.memory", "512Mi"),
+            ("image.repository", "registry.example.org/dralet"),
+            ("image.tag", "0.2.0"),
+            ("backend.flags.gpus", "8"),
+        ),
+    )
+    pod = only(documents, "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"accelerator": "example"}
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    container = plugin_container(documents)
+    assert container["resources"]["limits"] == {"memory": "512Mi"}
+    assert container["image"] == "registry.example.org/dralet:0.2.0"
+    assert flags(container)["--gpus"] == "8"
+
+
 def test_manifest_flags_are_options_of_dralet_run(render: Render) -> None:
     from dralet.cli import run
 
     options = {opt for param in run.command.params for opt in param.opts}
-    for target in OVERLAYS:
-        assert set(flags(plugin_container(render(target)))) <= options
+    for version in KUBERNETES_VERSIONS:
+        assert set(flags(plugin_container(render(version)))) <= options

@@ -135,7 +135,10 @@ def node_uid(apiserver: ApiServer) -> str:
 async def test_publishes_the_pool_in_the_served_shape(
     apiserver: ApiServer, client: kube.KubeClient, node_uid: str
 ) -> None:
-    plan = await publisher(client, FakeBackend(4)).reconcile_once()
+    pub = publisher(client, FakeBackend(4))
+    assert not pub.published.is_set()
+    plan = await pub.reconcile_once()
+    assert pub.published.is_set()  # what the driver's readiness waits for
     assert [w.verb for w in plan.writes] == ["create"]
     [published] = live(apiserver)
     meta, spec = published["metadata"], published["spec"]

@@ -77,6 +77,7 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
     async with await connect(api_access=options.api, metrics=metrics) as client:
         events = NodeEvents(client, driver=settings.driver_name, node_name=settings.node_name)
         background: dict[str, BackgroundWork] = {}
+        ready_after: tuple[asyncio.Event, ...] = ()
         if options.publish:
             publisher = SlicePublisher(
                 client,
@@ -89,6 +90,7 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
                 events=events,
             )
             background["resourceslices"] = publisher.run
+            ready_after = (publisher.published,)
         driver = Driver(
             settings,
             backend,
@@ -96,6 +98,7 @@ async def serve(settings: DriverSettings, options: RunOptions) -> None:
             metrics=metrics,
             background=background,
             events=events,
+            ready_after=ready_after,
         )
         await driver.run()
 

@@ -105,6 +105,8 @@ class SlicePublisher:
         self._unhealthy: frozenset[str] = frozenset()
         self.reconciles = 0
         """Completed reconciles (for tests and the audit)."""
+        self.published = asyncio.Event()
+        """Set once a reconcile has completed: the node's slices are what the backend says."""
 
     @property
     def generation(self) -> int | None:
@@ -155,6 +157,7 @@ class SlicePublisher:
                 log.info("ResourceSlice changed under us (attempt %d); re-reading", attempt + 1)
                 continue
             self.reconciles += 1
+            self.published.set()
             return plan
         raise AssertionError("unreachable")  # pragma: no cover
 

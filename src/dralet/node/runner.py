@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 
 BackgroundWork = Callable[[], Coroutine[Any, Any, None]]
 
+READINESS_SERVICE = "readiness"
+"""The gRPC health service a readinessProbe asks: SERVING once the kubelet has registered
+the driver and every ``ready_after`` event is set (the deployment's, e.g. published)."""
+
 
 def _socket_is_live(path: Path) -> bool:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -104,6 +108,7 @@ class Driver:
         metrics: DriverMetrics | None = None,
         background: Mapping[str, BackgroundWork] | None = None,
         events: EventSink | None = None,
+        ready_after: tuple[asyncio.Event, ...] = (),
     ) -> None:
         self.settings = settings
         self.backend = backend
@@ -118,6 +123,7 @@ class Driver:
         self.recovery: RecoveryReport | None = None
         self._background = dict(background or {})
         self.events = events
+        self._ready_after = ready_after
         self._tasks = TaskSet("driver")
         self._dra_server: grpc.aio.Server | None = None
         self._registration_server: grpc.aio.Server | None = None
@@ -163,6 +169,8 @@ class Driver:
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         for name in service.DRA_SERVICES:
             await self.health.set(name, status)
+        await self.health.set(READINESS_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self._tasks.spawn("readiness", self._become_ready())
         log.info(
             "driver %s serving on %s (registration %s)",
             s.driver_name,
@@ -229,6 +237,13 @@ class Driver:
         self._metrics_runner = runner
         host, bound_port = runner.addresses[0][:2]
         self.metrics_url = f"http://{host}:{bound_port}/metrics"
+
+    async def _become_ready(self) -> None:
+        await self.registration.registered.wait()
+        for event in self._ready_after:
+            await event.wait()
+        if not self.ledger.fail_closed:
+            await self.health.set(READINESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
     async def _report(self, reason: str, message: str) -> None:
         """Tell operators through a Kubernetes Event; never fails the driver."""
