@@ -35,6 +35,7 @@ from dralet.node.tasks import TaskSet
 from dralet.protocol.proto import (
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2_grpc,
+    drahealth_v1_pb2_grpc,
     drahealth_v1alpha1_pb2_grpc,
     pluginregistration_v1_pb2_grpc,
 )
@@ -102,7 +103,7 @@ class Driver:
         self.registration = service.RegistrationServicer(
             driver_name=settings.driver_name,
             endpoint=str(settings.dra_socket),
-            versions=(*service.SUPPORTED_VERSIONS, service.HEALTH_SERVICE_VERSION),
+            versions=(*service.SUPPORTED_VERSIONS, *service.HEALTH_SERVICE_VERSIONS),
         )
         self.health = HealthServicer()
         self.recovery: RecoveryReport | None = None
@@ -172,11 +173,12 @@ class Driver:
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
             service.DRAv1beta1Servicer(self.ledger), server
         )
+        pool, interval = self.settings.pool_name, self.settings.health_interval
+        drahealth_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+            service.ResourceHealthV1Servicer(self.backend, pool=pool, interval=interval), server
+        )
         drahealth_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
-            service.ResourceHealthServicer(
-                self.backend, pool=self.settings.pool_name, interval=self.settings.health_interval
-            ),
-            server,
+            service.ResourceHealthServicer(self.backend, pool=pool, interval=interval), server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         await self._bind_unix(server, self.settings.dra_socket)
