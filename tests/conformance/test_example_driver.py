@@ -139,9 +139,7 @@ echo $! >{pid_file}
     progress = err.decode()
     assert "API stand-in at http://127.0.0.1:" in progress
     assert "waiting up to 30s for a driver to register at" in progress
-    assert (
-        f"waiting up to 30s for driver {paths.driver_name} to publish a ResourceSlice" in progress
-    )
+    assert f"waiting up to 30s for driver {paths.driver_name} to publish its devices" in progress
     suite = ElementTree.parse(junit).getroot().find("testsuite")
     assert suite is not None
     per_kubelet = sum(1 for c in conformance.CASES if c.scope == "kubelet")

@@ -4,6 +4,7 @@ feeds) would see, and records a verdict under the case's name."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -354,6 +355,7 @@ async def check_restart(run: Run) -> None:
         run.record(kept, "fail", f"after the restart no spec defines {', '.join(missing)}")
     else:
         run.record(kept, "pass", "same ids, spec present after the restart")
+    run.case_started = time.monotonic()
     problems = []
     first_unprepare = await run.unprepare([ref])
     if first_unprepare.kubelet_error:

@@ -243,7 +243,7 @@ class Run:
             return
         wait = self.settings.discovery_timeout
         self.say(
-            f"waiting up to {wait:g}s for driver {self.driver} to publish a ResourceSlice "
+            f"waiting up to {wait:g}s for driver {self.driver} to publish its devices "
             f"for node {self.settings.node_name} (or give --device)"
         )
         deadline = time.monotonic() + wait
@@ -314,9 +314,11 @@ async def _round(run: Run, version: str, service: str, skip_reason: str) -> None
                 if name.startswith("registration."):
                     continue
                 run.record(name, "fail", "not reached: an earlier step of its scenario failed")
+        run.case_started = time.monotonic()
         checks.check_deadline(run)
     finally:
         await run.cleanup()
+        run.case_started = time.monotonic()
         checks.check_atomic_write(run)
         watch.close()
         run.watch = None
