@@ -219,7 +219,11 @@ def _kubelet_versions(
     help="With --serve-api: write the driver's kubeconfig to this file.",
 )
 @click.option("--node-name", envvar="NODE_NAME", default="node-a", show_default=True)
-@click.option("--pool", default="", help="Pool of the devices [default: the node name].")
+@click.option(
+    "--pool",
+    default="",
+    help="Pool of the devices [default: the published slice's pool, else the node name].",
+)
 @click.option(
     "--device",
     "devices",
