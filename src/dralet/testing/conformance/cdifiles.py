@@ -85,11 +85,16 @@ class SpecWatch:
     in_place: set[str] = field(default_factory=set)
     """Spec files created or written under their final name (a runtime may read them
     half-written)."""
+    unwatched: str = ""
+    """Why nothing is watched ('' while watching)."""
     _fd: int = -1
 
     def start(self) -> bool:
-        """Start watching; False when the directory does not exist (nothing to watch)."""
+        """Start watching; False (and ``unwatched`` says why) when it cannot."""
         libc = ctypes.CDLL(None, use_errno=True)
+        if not hasattr(libc, "inotify_init1"):
+            self.unwatched = "this system has no inotify"
+            return False
         fd = int(libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
@@ -98,6 +103,7 @@ class SpecWatch:
             os.close(fd)
             error = ctypes.get_errno()
             if error == errno.ENOENT:
+                self.unwatched = f"{self.cdi_dir} did not exist to watch"
                 return False
             raise OSError(error, f"inotify_add_watch {self.cdi_dir} failed")
         self._fd = fd

@@ -387,7 +387,7 @@ def check_atomic_write(run: Run) -> None:
     name = "cdi.atomic-write"
     watch = run.watch
     if watch is None:
-        run.record(name, "skip", f"{run.settings.cdi_dir} did not exist to watch")
+        run.record(name, "skip", run.unwatched)
         return
     watch.drain()
     if watch.in_place:

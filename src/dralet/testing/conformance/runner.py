@@ -169,6 +169,7 @@ class Run:
         self.kubelet = ""
         self.plugin: emulator.PluginConnection | None = None
         self.watch: SpecWatch | None = None
+        self.unwatched = ""
         self.case_started = time.monotonic()
 
     def say(self, message: str) -> None:
@@ -306,6 +307,7 @@ async def _round(run: Run, version: str, service: str, skip_reason: str) -> None
         return
     watch = SpecWatch(run.settings.cdi_dir)
     run.watch = watch if watch.start() else None
+    run.unwatched = watch.unwatched
     try:
         for name, body in checks.STEPS:
             await _run_case(run, name, body)
