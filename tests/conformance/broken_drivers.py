@@ -9,7 +9,9 @@ way real drivers have broken it.
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +41,28 @@ class ReferenceDriver:
 
     api: ApiServer
     root: Path
-    prepared: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
-    """Claim UID → (device, CDI id) of each prepared device."""
+    prepared: dict[str, list[Prepared]] = field(default_factory=dict)
+    """Claim UID → each prepared device; kept in ``state_file`` across restarts."""
     _servers: list[grpc.aio.Server] = field(default_factory=list)
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    def load_state(self) -> None:
+        if self.state_file.exists():
+            saved = json.loads(self.state_file.read_text())
+            self.prepared = {uid: [Prepared(**d) for d in ds] for uid, ds in saved.items()}
+
+    def save_state(self) -> None:
+        saved = {uid: [vars(d) for d in ds] for uid, ds in self.prepared.items()}
+        self.state_file.write_text(json.dumps(saved))
+
+    async def restart(self) -> None:
+        """Stop (no cleanup, like kill -9) and start again."""
+        await self.stop()
+        self.prepared = {}
+        await self.start()
 
     @property
     def dra_socket(self) -> Path:
@@ -56,6 +77,8 @@ class ReferenceDriver:
         return self.root / "cdi"
 
     async def start(self) -> None:
+        self.load_state()
+        self.cdi_dir.mkdir(parents=True, exist_ok=True)
         self.dra_socket.parent.mkdir(parents=True, exist_ok=True)
         self.registration_socket.parent.mkdir(parents=True, exist_ok=True)
         dra = grpc.aio.server()
@@ -95,6 +118,16 @@ class ReferenceDriver:
     def cdi_id(self, uid: str, device: str) -> str:
         return f"{CDI_KIND}={uid}-{device}"
 
+    def write_spec(self, path: Path, text: str) -> None:
+        """Atomically: a temp file no runtime loads, then rename."""
+        temp = path.with_name(f".{path.name}.tmp")
+        temp.write_text(text)
+        os.replace(temp, path)
+
+    def returned(self, result: dict[str, Any]) -> tuple[list[str], str]:
+        """(request names, pool) returned for one allocation result."""
+        return [result["request"]], result["pool"]
+
     async def fetch_failed(self, context: Any, message: str) -> str:
         """A claim could not be fetched: its own error (one bad claim fails alone)."""
         return message
@@ -107,37 +140,52 @@ class ReferenceDriver:
 
     async def prepare_claim(
         self, context: Any, ns: str, uid: str, name: str
-    ) -> tuple[list[tuple[str, str]], str]:
+    ) -> tuple[list[Prepared], str]:
         if uid in self.prepared:
             return self.prepared[uid], ""
         claim = self.api.get("ResourceClaim", name, namespace=ns)
         if claim is None or claim["metadata"]["uid"] != uid:
             return [], await self.fetch_failed(context, f"ResourceClaim {ns}/{name} not found")
         results = claim["status"]["allocation"]["devices"]["results"]
-        devices = [r["device"] for r in results if r["driver"] == DRIVER]
+        ours = [r for r in results if r["driver"] == DRIVER]
+        prepared = []
+        for result in ours:
+            requests, pool = self.returned(result)
+            cdi_id = self.cdi_id(uid, result["device"])
+            prepared.append(Prepared(requests, pool, result["device"], cdi_id))
         document = cdi_spec.to_json(
             cdi_spec.Spec(
                 kind=CDI_KIND,
                 devices=tuple(
                     cdi_spec.CDIDevice(
-                        name=f"{uid}-{d}",
-                        container_edits=cdi_spec.ContainerEdits(env=(f"BROKEN_GPU={d}",)),
+                        name=p.cdi_id.rpartition("=")[2],
+                        container_edits=cdi_spec.ContainerEdits(env=(f"BROKEN_GPU={p.device}",)),
                     )
-                    for d in devices
+                    for p in {p.cdi_id: p for p in prepared}.values()  # one entry per id
                 ),
             )
         )
         self.cdi_dir.mkdir(parents=True, exist_ok=True)
-        self.spec_path(uid).write_text(json.dumps(document))
-        self.prepared[uid] = [(d, self.cdi_id(uid, d)) for d in devices]
-        return self.prepared[uid], ""
+        self.write_spec(self.spec_path(uid), json.dumps(document))
+        self.prepared[uid] = prepared
+        self.save_state()
+        return prepared, ""
 
     async def unprepare_claim(self, context: Any, uid: str) -> str:
         if uid not in self.prepared:
             return await self.unprepare_unknown(context, uid)
         self.spec_path(uid).unlink(missing_ok=True)
         del self.prepared[uid]
+        self.save_state()
         return ""
+
+
+@dataclass
+class Prepared:
+    request_names: list[str]
+    pool: str
+    device: str
+    cdi_id: str
 
 
 class NonIdempotentUnprepare(ReferenceDriver):
@@ -167,6 +215,16 @@ class NotFoundOnUnknownClaim(ReferenceDriver):
 class WholeCallError(ReferenceDriver):
     """Fails the whole prepare call when one claim cannot be fetched (the Go helper's way)."""
 
+    def write_spec(self, path: Path, text: str) -> None:
+        """Atomically: a temp file no runtime loads, then rename."""
+        temp = path.with_name(f".{path.name}.tmp")
+        temp.write_text(text)
+        os.replace(temp, path)
+
+    def returned(self, result: dict[str, Any]) -> tuple[list[str], str]:
+        """(request names, pool) returned for one allocation result."""
+        return [result["request"]], result["pool"]
+
     async def fetch_failed(self, context: Any, message: str) -> str:
         await context.abort(grpc.StatusCode.UNKNOWN, f"get resource claims: {message}")
         raise AssertionError("abort returns by raising")
@@ -179,7 +237,61 @@ class UnqualifiedCDIIds(ReferenceDriver):
         return device.replace("-", "")
 
 
+class CollidingCDIIds(ReferenceDriver):
+    """Gives every claim the same CDI id, each in its own spec file: unpreparing one claim
+    leaves the id resolvable through another claim's spec."""
+
+    def cdi_id(self, uid: str, device: str) -> str:
+        return f"{CDI_KIND}=gpu"
+
+
+class DevicesNotAsAllocated(ReferenceDriver):
+    """Returns the right devices without their request names (the kubelet then cannot tell
+    which container gets which CDI device)."""
+
+    def returned(self, result: dict[str, Any]) -> tuple[list[str], str]:
+        return [], result["pool"]
+
+
+class LosesStateOnRestart(ReferenceDriver):
+    """Keeps prepared claims in memory only; ids carry a per-process nonce, so a prepare
+    after a restart hands out new ids for a claim a container may already use."""
+
+    def __init__(self, api: ApiServer, root: Path) -> None:
+        super().__init__(api, root)
+        self.nonce = secrets.token_hex(2)
+
+    def load_state(self) -> None:
+        self.nonce = secrets.token_hex(2)
+
+    def save_state(self) -> None:
+        pass
+
+    def cdi_id(self, uid: str, device: str) -> str:
+        return f"{CDI_KIND}={uid}-{device}-{self.nonce}"
+
+
+class InPlaceSpecWrites(ReferenceDriver):
+    """Writes spec files under their final name, where a runtime can read them half-written."""
+
+    def write_spec(self, path: Path, text: str) -> None:
+        path.write_text(text)
+
+
+class V1Only(ReferenceDriver):
+    """Correct, but advertises only v1.DRAPlugin: 1.32/1.33 kubelets cannot use it."""
+
+    def info(self) -> pluginregistration_v1_pb2.PluginInfo:
+        info = super().info()
+        del info.supported_versions[1:]
+        return info
+
+
 BROKEN_DRIVERS: dict[str, type[ReferenceDriver]] = {
+    "colliding-cdi-ids": CollidingCDIIds,
+    "devices-not-as-allocated": DevicesNotAsAllocated,
+    "loses-state-on-restart": LosesStateOnRestart,
+    "in-place-spec-writes": InPlaceSpecWrites,
     "non-idempotent-unprepare": NonIdempotentUnprepare,
     "not-found-on-unknown-claim": NotFoundOnUnknownClaim,
     "whole-call-error": WholeCallError,
@@ -219,9 +331,12 @@ class _Service:
             )
             entry = response.claims[claim.uid]
             entry.error = error
-            for device, cdi_id in devices:
+            for device in devices:
                 entry.devices.add(
-                    request_names=[], pool_name=NODE, device_name=device, cdi_device_ids=[cdi_id]
+                    request_names=device.request_names,
+                    pool_name=device.pool,
+                    device_name=device.device,
+                    cdi_device_ids=[device.cdi_id],
                 )
         return response
 

@@ -1,12 +1,16 @@
 """``dralet conformance`` passes against dralet's own example driver, run as a real
-process that registers while conformance watches the registry directory."""
+process that registers while conformance watches the registry directory: every case at
+both levels, on 1.32, 1.34 and 1.37 kubelets, restart cases included."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import shlex
+import signal
 import sys
-import time
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -20,31 +24,45 @@ from dralet.testing.process import DriverPaths, DriverProcess, driver_args
 
 pytestmark = pytest.mark.e2e
 
-CLI_TIMEOUT = 90.0
-KUBECONFIG_WAIT = 30.0
-POLL = 0.02
+CLI_TIMEOUT = 180.0
 
 
-async def test_suite_passes_on_kubernetes_1_32(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("kubernetes", "kubelets", "services"),
+    [
+        ("1.32", ("1.32",), (("1.32", "v1beta1.DRAPlugin"),)),
+        ("1.37", ("1.34", "1.37"), (("1.34", "v1.DRAPlugin"), ("1.37", "v1.DRAPlugin"))),
+    ],
+)
+async def test_every_case_passes_strictly_with_restarts(
+    tmp_path: Path,
+    kubernetes: str,
+    kubelets: tuple[str, ...],
+    services: tuple[tuple[str, str], ...],
+) -> None:
     paths = DriverPaths(tmp_path)
-    async with ApiServer(kubernetes_version="1.32") as api:
+    async with ApiServer(kubernetes_version=kubernetes) as api:
         ControlPlane(api).add_node()
         driver = DriverProcess(
-            driver_args(paths, api_url=api.url, extra=["--no-publish"]),
-            log_path=tmp_path / "driver.log",
+            driver_args(paths, api_url=api.url), log_path=tmp_path / "driver.log"
         )
+
+        async def restart() -> None:
+            await driver.kill()
+            driver.start()
+
         settings = conformance.ConformanceSettings(
             registry_dir=paths.registry_dir,
             driver_name=paths.driver_name,
             cdi_dir=paths.cdi_dir,
             node_name=paths.node_name,
-            kubelet_version="1.32",
+            kubelet_versions=kubelets,
+            restart=restart,
+            strict=True,
         )
         try:
             async with await kube.connect(url=api.url) as client:
-                factory = conformance.ApiClaimFactory(
-                    client, node_name=paths.node_name, pool=paths.node_name
-                )
+                factory = conformance.ApiClaimFactory(client, node_name=paths.node_name)
                 async with asyncio.TaskGroup() as group:
                     suite = group.create_task(conformance.run_suite(settings, claims=factory))
                     driver.start()  # after conformance began watching the registry dir
@@ -52,57 +70,87 @@ async def test_suite_passes_on_kubernetes_1_32(tmp_path: Path) -> None:
         finally:
             await driver.terminate()
         assert result.failed() == [], (result.to_json(), driver.log())
-        assert all(c.status == "pass" for c in result.cases)
-        assert result.service == "v1beta1.DRAPlugin"
+        assert {c.status for c in result.cases} == {"pass"}, result.to_json()
+        assert result.services == services
+        if "1.37" in kubelets:
+            service = next(c for c in result.cases if c.label == "kubelet.service@1.37")
+            assert service.message == "picks v1.DRAPlugin and v1.DRAResourceHealth"
         assert api.list("ResourceClaim") == []
         assert not list(paths.cdi_dir.glob("*.json"))
 
 
-async def test_command_serves_the_api_for_the_driver(tmp_path: Path) -> None:
+async def test_command_serves_the_api_and_restarts_the_driver(tmp_path: Path) -> None:
     paths = DriverPaths(tmp_path)
-    kubeconfig = tmp_path / "kubeconfig.yaml"
+    kubeconfig = tmp_path / "made-by-conformance" / "kubeconfig.yaml"
     junit = tmp_path / "junit.xml"
+    pid_file, log = tmp_path / "driver.pid", tmp_path / "driver.log"
+    argv = [sys.executable, "-m", "dralet.cli.main"]
+    argv += driver_args(paths, api_url=None, extra=["--kubeconfig", str(kubeconfig)])
+    script = tmp_path / "restart.sh"
+    script.write_text(
+        f"""#!/bin/sh
+# kill -9 the driver (if running), wait until it is gone, start it again in the background
+if [ -f {pid_file} ]; then
+  pid=$(cat {pid_file}); kill -9 "$pid" 2>/dev/null
+  n=0; while kill -0 "$pid" 2>/dev/null && [ $n -lt 200 ]; do sleep 0.05; n=$((n+1)); done
+fi
+{shlex.join(argv)} >>{log} 2>&1 </dev/null &
+echo $! >{pid_file}
+"""
+    )
+    script.chmod(0o755)
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "dralet.cli.main", "conformance",
+        *argv[:3], "conformance",
         "--registry-dir", str(paths.registry_dir),
         "--serve-api", "127.0.0.1:0",
         "--write-kubeconfig", str(kubeconfig),
         "--cdi-dir", str(paths.cdi_dir),
         "--driver-name", paths.driver_name,
         "--node-name", paths.node_name,
+        "--kubelet-version", "1.34,1.37",
+        "--restart-cmd", str(script),
+        "--strict",
         "--junit", str(junit),
         "-o", "json",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    driver = DriverProcess(
-        driver_args(paths, api_url=None, extra=["--no-publish", "--kubeconfig", str(kubeconfig)]),
-        log_path=tmp_path / "driver.log",
-    )
     try:
-        deadline = time.monotonic() + KUBECONFIG_WAIT
         while not kubeconfig.exists():
-            assert time.monotonic() < deadline and process.returncode is None
-            await asyncio.sleep(POLL)
-        driver.start()
+            assert process.returncode is None
+            await asyncio.sleep(0.02)
+        starter = await asyncio.create_subprocess_exec(str(script))
+        await starter.wait()
         out, err = await asyncio.wait_for(process.communicate(), CLI_TIMEOUT)
     finally:
         if process.returncode is None:
             process.kill()
             await process.wait()
-        await driver.terminate()
-    assert process.returncode == 0, (out.decode(), err.decode(), driver.log())
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    driver_log = log.read_text(errors="replace") if log.exists() else ""
+    assert process.returncode == 0, (out.decode(), err.decode(), driver_log)
     document = json.loads(out)
-    assert document["passed"] is True
-    assert [c["name"] for c in document["cases"]] == list(conformance.CASE_NAMES)
+    assert document["passed"] is True and document["strict"] is True
     assert {c["status"] for c in document["cases"]} == {"pass"}
-    assert document["service"] == "v1.DRAPlugin"
+    assert document["services"] == {"1.34": "v1.DRAPlugin", "1.37": "v1.DRAPlugin"}
     assert document["endpoint"] == str(paths.dra_socket)
-    assert "API stand-in at http://127.0.0.1:" in err.decode()
+    progress = err.decode()
+    assert "API stand-in at http://127.0.0.1:" in progress
+    assert "waiting up to 30s for a driver to register at" in progress
+    assert f"waiting up to 30s for driver {paths.driver_name} to publish its devices" in progress
     suite = ElementTree.parse(junit).getroot().find("testsuite")
     assert suite is not None
+    per_kubelet = sum(1 for c in conformance.CASES if c.scope == "kubelet")
+    registration = len(conformance.CASES) - per_kubelet
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == (
-        str(len(conformance.CASES)),
+        str(registration + 2 * per_kubelet),
         "0",
         "0",
+    )
+    restarted = suite.find("testcase[@name='restart.state-kept']")
+    assert (
+        restarted is not None
+        and restarted.get("classname") == "dralet.conformance.MUST.kubelet-1.34"
     )

@@ -6,9 +6,12 @@ and the driver second to check the registration order from the very first GetInf
 Claims are created in an API server the driver reads: an existing one
 (``--api-url`` without auth, or ``--kubeconfig``), or an API stand-in that
 conformance starts itself (``--serve-api HOST:PORT``), writing a kubeconfig for the
-driver to ``--write-kubeconfig``. The cases live in ``dralet.testing.conformance``.
+driver to ``--write-kubeconfig`` (its directory is made). Devices to allocate come from
+``--device`` or from the ResourceSlice the driver publishes for the node. The cases live
+in ``dralet.testing.conformance``.
 
-Exit status: 0 every case passed (or was skipped), 1 a case failed, 2 usage or I/O error.
+Exit status: 0 no MUST case failed (with ``--strict``: no case failed), 1 one did, 2 usage
+error, an unreachable API, a driver that never registered, or no devices to allocate.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,13 @@ EXIT_PASSED = 0
 EXIT_FAILED = 1
 EXIT_ERROR = 2
 STATUS_WORDS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
+NEWEST_KUBERNETES = conformance.KUBELET_VERSIONS[-1]
+RESTART_TIMEOUT = 120.0
+EXIT_CODES = """\b
+Exit status:
+  0  no MUST case failed (with --strict: no case failed)
+  1  a MUST case failed (with --strict: any case)
+  2  usage error, unreachable API, no driver registered, or no devices to allocate"""
 
 
 class ConformanceError(Exception):
@@ -51,7 +61,7 @@ class ApiChoice:
     """HOST:PORT for an API stand-in started here (port 0 picks one)."""
     write_kubeconfig: Path | None = None
     """With ``serve``: the kubeconfig file for the driver."""
-    kubernetes_version: str = conformance.KUBELET_134
+    kubernetes_version: str = NEWEST_KUBERNETES
     """The stand-in's Kubernetes version (served resource.k8s.io versions)."""
 
 
@@ -75,6 +85,7 @@ async def _stand_in(choice: ApiChoice, *, node_name: str) -> AsyncIterator[str |
     try:
         server.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}})
         assert choice.write_kubeconfig is not None
+        choice.write_kubeconfig.parent.mkdir(parents=True, exist_ok=True)
         server.write_kubeconfig(choice.write_kubeconfig)
         click.echo(
             f"dralet conformance: API stand-in at {server.url}; "
@@ -100,10 +111,7 @@ async def run(settings: conformance.ConformanceSettings, choice: ApiChoice) -> A
             raise ConformanceError(f"cannot connect to the API server: {exc}") from exc
         try:
             factory = conformance.ApiClaimFactory(
-                client,
-                node_name=settings.node_name,
-                pool=settings.pool_name,
-                namespace=settings.namespace,
+                client, node_name=settings.node_name, namespace=settings.namespace
             )
             try:
                 await kube.negotiate_resource_version(client)
@@ -114,21 +122,68 @@ async def run(settings: conformance.ConformanceSettings, choice: ApiChoice) -> A
             await client.close()
 
 
+def shell_restart(command: str) -> Callable[[], Awaitable[None]]:
+    """Run ``command`` in a shell to restart the driver; it must return once the old
+    process is gone (a driver it starts in the background is then waited for)."""
+
+    async def restart() -> None:
+        process = await asyncio.create_subprocess_shell(
+            command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            code = await asyncio.wait_for(process.wait(), RESTART_TIMEOUT)
+        except TimeoutError:
+            process.kill()
+            raise ConformanceError(
+                f"--restart-cmd did not return within {RESTART_TIMEOUT:g}s"
+            ) from None
+        if code != 0:
+            raise ConformanceError(f"--restart-cmd exited with status {code}")
+
+    return restart
+
+
 def render_text(result: conformance.SuiteResult, *, width: int | None = None) -> str:
-    rows = [[c.name, STATUS_WORDS[c.status], c.message] for c in result.cases]
-    failed = result.failed()
+    rows = [
+        [c.name, c.level, c.kubelet or "-", STATUS_WORDS[c.status], c.message] for c in result.cases
+    ]
+    must, should = result.failed("MUST"), result.failed("SHOULD")
+    services = ", ".join(f"{k}: {s}" for k, s in result.services)
+    passed = sum(1 for c in result.cases if c.status == "pass")
+    summary = f"{passed} of {len(result.cases)} passed"
+    if must:
+        summary += f"; MUST failed: {', '.join(must)}"
+    if should:
+        counted = "" if result.strict else " (not counted without --strict)"
+        summary += f"; SHOULD failed{counted}: {', '.join(should)}"
     lines = [
-        f"dralet conformance: driver {result.driver or '?'} at {result.endpoint or '?'}"
-        + (f" (DRA service {result.service})" if result.service else ""),
-        render_table(["CASE", "RESULT", "DETAIL"], rows, width=width),
+        f"dralet conformance: driver {result.driver} at {result.endpoint}"
+        + (f" (kubelet {services})" if services else ""),
+        render_table(["CASE", "LEVEL", "KUBELET", "RESULT", "DETAIL"], rows, width=width),
         "",
-        f"{len(result.cases) - len(failed)} of {len(result.cases)} passed"
-        + (f"; failed: {', '.join(failed)}" if failed else "."),
+        summary + ("." if not (must or should) else ""),
     ]
     return wrap_prose(lines, width)
 
 
-@click.command("conformance")
+def _kubelet_versions(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    versions: list[str] = []
+    for value in values:
+        for version in filter(None, (v.strip() for v in value.split(","))):
+            if version not in conformance.KUBELET_VERSIONS:
+                known = ", ".join(conformance.KUBELET_VERSIONS)
+                raise click.BadParameter(f"{version!r} is not one of {known}")
+            if version not in versions:
+                versions.append(version)
+    return tuple(versions)
+
+
+@click.command("conformance", epilog=EXIT_CODES)
 @click.option(
     "--socket",
     "socket_path",
@@ -164,23 +219,49 @@ def render_text(result: conformance.SuiteResult, *, width: int | None = None) ->
     help="With --serve-api: write the driver's kubeconfig to this file.",
 )
 @click.option("--node-name", envvar="NODE_NAME", default="node-a", show_default=True)
-@click.option("--pool", default="", help="Pool of the devices [default: the node name].")
+@click.option(
+    "--pool",
+    default="",
+    help="Pool of the devices [default: the published slice's pool, else the node name].",
+)
 @click.option(
     "--device",
     "devices",
     multiple=True,
-    help="A device of the pool to allocate (repeat; two recommended) [default: gpu-0, gpu-1].",
+    help="A device of the pool to allocate (repeat; two recommended) "
+    "[default: the first two the driver published for the node].",
 )
 @click.option("--namespace", default="default", show_default=True)
 @click.option(
     "--kubelet-version",
-    type=click.Choice([conformance.KUBELET_132, conformance.KUBELET_134]),
-    default=conformance.KUBELET_134,
-    show_default=True,
-    help="The kubelet whose service choice the DRA cases use (and the stand-in's version).",
+    "kubelet_versions",
+    multiple=True,
+    callback=_kubelet_versions,
+    metavar="1.32,1.34,...",
+    help="Kubelets to play (repeat or comma-separate) [default: every version the "
+    "driver's GetInfo makes usable]; one it does not advertise is skipped with the reason.",
 )
 @click.option(
-    "--wait", type=float, default=30.0, show_default=True, help="Seconds to wait for the driver."
+    "--kubernetes-version",
+    type=click.Choice(conformance.KUBELET_VERSIONS),
+    default=NEWEST_KUBERNETES,
+    show_default=True,
+    help="With --serve-api: the stand-in's Kubernetes version.",
+)
+@click.option("--strict", is_flag=True, help="SHOULD failures fail the run too.")
+@click.option(
+    "--restart-cmd",
+    default=None,
+    metavar="COMMAND",
+    help="Shell command that restarts the driver (e.g. kill -9, then start it); "
+    "enables the restart cases.",
+)
+@click.option(
+    "--wait",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for the driver to register (and to publish its devices).",
 )
 @click.option(
     "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
@@ -201,7 +282,10 @@ def command(
     pool: str,
     devices: tuple[str, ...],
     namespace: str,
-    kubelet_version: str,
+    kubelet_versions: tuple[str, ...],
+    kubernetes_version: str,
+    strict: bool,
+    restart_cmd: str | None,
     wait: float,
     output: str,
     junit: Path | None,
@@ -224,9 +308,12 @@ def command(
         cdi_dir=cdi_dir.absolute(),
         node_name=node_name,
         pool=pool,
-        devices=devices or conformance.ConformanceSettings.devices,
+        devices=devices,
         namespace=namespace,
-        kubelet_version=kubelet_version,
+        kubelet_versions=kubelet_versions,
+        strict=strict,
+        restart=shell_restart(restart_cmd) if restart_cmd else None,
+        progress=lambda message: click.echo(f"dralet conformance: {message}", err=True),
         discovery_timeout=wait,
     )
     choice = ApiChoice(
@@ -234,13 +321,13 @@ def command(
         kubeconfig=kubeconfig,
         serve=serve_api,
         write_kubeconfig=write_kubeconfig,
-        kubernetes_version=kubelet_version,
+        kubernetes_version=kubernetes_version,
     )
     try:
         result: conformance.SuiteResult = asyncio.run(run(settings, choice))
         if junit is not None:
             junit.write_text(result.to_junit_xml())
-    except (ConformanceError, OSError) as exc:
+    except (ConformanceError, conformance.SetupError, OSError) as exc:
         click.echo(f"dralet conformance: {exc}", err=True)
         sys.exit(EXIT_ERROR)
     if output == "json":

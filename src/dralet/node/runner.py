@@ -38,6 +38,7 @@ from dralet.protocol import wire
 from dralet.protocol.proto import (
     dra_v1_pb2,
     dra_v1beta1_pb2,
+    drahealth_v1_pb2,
     drahealth_v1alpha1_pb2,
     pluginregistration_v1_pb2,
 )
@@ -117,7 +118,7 @@ class Driver:
         self.registration = service.RegistrationServicer(
             driver_name=settings.driver_name,
             endpoint=str(settings.dra_socket),
-            versions=(*service.SUPPORTED_VERSIONS, service.HEALTH_SERVICE_VERSION),
+            versions=(*service.SUPPORTED_VERSIONS, *service.HEALTH_SERVICE_VERSIONS),
         )
         self.health = HealthServicer()
         self.recovery: RecoveryReport | None = None
@@ -199,11 +200,15 @@ class Driver:
             service.DRAv1beta1Servicer(self.ledger),
             _service(dra_v1beta1_pb2, "DRAPlugin"),
         )
+        pool, interval = self.settings.pool_name, self.settings.health_interval
         wire.add_service(
             server,
-            service.ResourceHealthServicer(
-                self.backend, pool=self.settings.pool_name, interval=self.settings.health_interval
-            ),
+            service.ResourceHealthV1Servicer(self.backend, pool=pool, interval=interval),
+            _service(drahealth_v1_pb2, "DRAResourceHealth"),
+        )
+        wire.add_service(
+            server,
+            service.ResourceHealthServicer(self.backend, pool=pool, interval=interval),
             _service(drahealth_v1alpha1_pb2, "DRAResourceHealth"),
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

@@ -26,6 +26,8 @@ from dralet.protocol.proto import (
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
+    drahealth_v1_pb2,
+    drahealth_v1_pb2_grpc,
     drahealth_v1alpha1_pb2,
     drahealth_v1alpha1_pb2_grpc,
     pluginregistration_v1_pb2,
@@ -39,6 +41,7 @@ __all__ = [
     "DRAv1beta1Servicer",
     "RegistrationServicer",
     "ResourceHealthServicer",
+    "ResourceHealthV1Servicer",
 ]
 
 log = logging.getLogger(__name__)
@@ -46,7 +49,10 @@ log = logging.getLogger(__name__)
 DRA_PLUGIN_TYPE = "DRAPlugin"
 # Advertised strings, v1 first: 1.34+ kubelets take the first they know, 1.32/1.33 pick v1beta1.
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
-HEALTH_SERVICE_VERSION = "v1alpha1.DRAResourceHealth"
+# Health v1 is what a 1.37 kubelet picks when both are advertised; older kubelets know only
+# v1alpha1 (kubernetes/kubernetes pkg/kubelet/cm/dra/plugin/dra_plugin_manager_test.go,
+# TestPickHealthService; staging/src/k8s.io/kubelet/pkg/apis/dra-health/v1/api.proto).
+HEALTH_SERVICE_VERSIONS = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 DRA_SERVICES = (
     "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
     "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
@@ -201,8 +207,11 @@ class ResourceHealthServicer(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServic
     """Streams every device's health: at once, on every change, and at least each interval.
 
     The kubelet marks devices it has not heard about for 30 s as Unknown, so the full
-    list is resent at ``interval`` even when nothing changed.
+    list is resent at ``interval`` even when nothing changed. This is health v1alpha1;
+    ``ResourceHealthV1Servicer`` is the same implementation with v1's messages.
     """
+
+    _pb2: ModuleType = drahealth_v1alpha1_pb2
 
     def __init__(
         self, backend: DeviceBackend, *, pool: str, interval: float, timeout_seconds: int = 0
@@ -218,16 +227,13 @@ class ResourceHealthServicer(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServic
             health.setdefault(device.name, DeviceHealth(HealthStatus.UNKNOWN))
         return health
 
-    def _message(
-        self, health: Mapping[str, DeviceHealth]
-    ) -> drahealth_v1alpha1_pb2.NodeWatchResourcesResponse:
+    def _message(self, health: Mapping[str, DeviceHealth]) -> Any:
         now = int(time.time())
-        return drahealth_v1alpha1_pb2.NodeWatchResourcesResponse(
+        pb2 = self._pb2
+        return pb2.NodeWatchResourcesResponse(
             devices=[
-                drahealth_v1alpha1_pb2.DeviceHealth(
-                    device=drahealth_v1alpha1_pb2.DeviceIdentifier(
-                        pool_name=self.pool, device_name=name
-                    ),
+                pb2.DeviceHealth(
+                    device=pb2.DeviceIdentifier(pool_name=self.pool, device_name=name),
                     health=_HEALTH_CODES[h.status],
                     last_updated_time=now,
                     health_check_timeout_seconds=self.timeout_seconds,
@@ -237,9 +243,7 @@ class ResourceHealthServicer(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServic
             ]
         )
 
-    async def NodeWatchResources(
-        self, request: drahealth_v1alpha1_pb2.NodeWatchResourcesRequest, context: Any
-    ) -> AsyncIterator[drahealth_v1alpha1_pb2.NodeWatchResourcesResponse]:
+    async def NodeWatchResources(self, request: Any, context: Any) -> AsyncIterator[Any]:
         previous: dict[str, DeviceHealth] | None = None
         last_sent = 0.0
         poll = min(self.interval, 1.0)
@@ -250,3 +254,11 @@ class ResourceHealthServicer(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServic
                 yield self._message(current)
                 previous, last_sent = current, now
             await asyncio.sleep(poll)
+
+
+class ResourceHealthV1Servicer(
+    ResourceHealthServicer, drahealth_v1_pb2_grpc.DRAResourceHealthServicer
+):
+    """Health v1 (1.37+): v1alpha1's messages in package v1, one implementation."""
+
+    _pb2 = drahealth_v1_pb2

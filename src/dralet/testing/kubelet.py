@@ -4,7 +4,8 @@ It does what a kubelet does, over the real protocol on unix sockets: watches the
 registry directory for sockets (dot files and non-sockets are ignored), calls GetInfo
 with a 1 s deadline, picks the DRA service version the way a 1.34+ kubelet does (the
 plugin's order; no fallback) or the way a 1.32/1.33 kubelet does (its own preference,
-v1beta1 first), notifies the registration status, then calls NodePrepareResources and
+v1beta1 first) and the health service as the 1.37 kubelet does (v1 over v1alpha1),
+notifies the registration status, then calls NodePrepareResources and
 NodeUnprepareResources with a 45 s deadline and judges the answer as the kubelet would
 (one entry per claim, no unknown UIDs, per-claim errors fail the pod's call).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import stat
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +28,8 @@ from dralet.protocol.proto import (
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
+    drahealth_v1_pb2,
+    drahealth_v1_pb2_grpc,
     drahealth_v1alpha1_pb2,
     drahealth_v1alpha1_pb2_grpc,
     pluginregistration_v1_pb2,
@@ -51,9 +54,17 @@ DISCOVERY_POLL_INTERVAL = 0.02
 V1 = "v1.DRAPlugin"
 V1BETA1 = "v1beta1.DRAPlugin"
 V1ALPHA4 = "v1alpha3.NodeService"
-# Services a 1.34+ kubelet can use, and the 1.32/1.33 kubelet's own preference order.
+# Services a 1.34+ kubelet can use, and the 1.32/1.33 kubelet's own preference order
+# (kubernetes/kubernetes pkg/kubelet/cm/dra/plugin: registration.go in 1.32,
+# dra_plugin_manager.go from 1.33; 1.34 dropped v1alpha4 and walks the plugin's order).
 KUBELET_134_SERVICES = (V1, V1BETA1)
 KUBELET_132_PREFERENCE = (V1BETA1, V1ALPHA4)
+HEALTH_V1 = "v1.DRAResourceHealth"
+HEALTH_V1ALPHA1 = "v1alpha1.DRAResourceHealth"
+# A 1.37 kubelet prefers health v1 over v1alpha1 whatever the plugin's order
+# (kubernetes/kubernetes pkg/kubelet/cm/dra/plugin/dra_plugin_manager_test.go,
+# TestPickHealthService "both-picks-v1"); earlier kubelets know only v1alpha1.
+HEALTH_V1_KUBELET_MINOR = 37
 
 
 class KubeletError(Exception):
@@ -117,6 +128,18 @@ def choose_service(supported: Sequence[str], *, kubelet_version: str) -> str:
     return V1ALPHA4  # 1.32/1.33 fall back to the alpha API when nothing matches
 
 
+def choose_health_service(supported: Sequence[str], *, kubelet_version: str) -> str:
+    """The health service a kubelet of ``kubelet_version`` watches ('' = none)."""
+    minor = int(kubelet_version.split(".")[1])
+    known = (HEALTH_V1, HEALTH_V1ALPHA1) if minor >= HEALTH_V1_KUBELET_MINOR else (HEALTH_V1ALPHA1,)
+    return next((s for s in known if s in supported), "")
+
+
+_HEALTH_MODULES: dict[str, tuple[ModuleType, ModuleType]] = {
+    HEALTH_V1: (drahealth_v1_pb2, drahealth_v1_pb2_grpc),
+    HEALTH_V1ALPHA1: (drahealth_v1alpha1_pb2, drahealth_v1alpha1_pb2_grpc),
+}
+
 _MODULES: dict[str, tuple[ModuleType, ModuleType]] = {
     V1: (dra_v1_pb2, dra_v1_pb2_grpc),
     V1BETA1: (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
@@ -147,6 +170,8 @@ class PluginConnection:
     service: str
     registration_socket: Path
     call_timeout: float = CALL_TIMEOUT
+    health_service: str = HEALTH_V1ALPHA1
+    """The health service this kubelet watches ('' = none)."""
     _channel: grpc.aio.Channel | None = field(default=None, repr=False)
 
     @property
@@ -213,11 +238,11 @@ class PluginConnection:
         verdict = _judge("NodeUnprepareResources", claims, list(response.claims), results)
         return UnprepareResult(claims=results, kubelet_error=verdict)
 
-    async def watch_health(
-        self,
-    ) -> AsyncIterator[drahealth_v1alpha1_pb2.NodeWatchResourcesResponse]:
-        stub = drahealth_v1alpha1_pb2_grpc.DRAResourceHealthStub(self.channel())
-        call = stub.NodeWatchResources(drahealth_v1alpha1_pb2.NodeWatchResourcesRequest())
+    async def watch_health(self) -> AsyncGenerator[Any, None]:
+        """NodeWatchResources of the health service this kubelet picked (v1alpha1 by default)."""
+        pb2, pb2_grpc = _HEALTH_MODULES[self.health_service or HEALTH_V1ALPHA1]
+        stub = pb2_grpc.DRAResourceHealthStub(self.channel())
+        call = stub.NodeWatchResources(pb2.NodeWatchResourcesRequest())
         try:
             async for message in call:
                 yield message
@@ -292,6 +317,9 @@ class KubeletEmulator:
             service=service,
             registration_socket=socket_path,
             call_timeout=self.call_timeout,
+            health_service=choose_health_service(
+                list(info.supported_versions), kubelet_version=self.kubelet_version
+            ),
         )
         self.plugins.append(plugin)
         return plugin
