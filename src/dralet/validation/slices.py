@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from dralet import kubenames
-from dralet.cdi import names as cdi_names
 from dralet.validation import formats, limits
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.targets import ApiShape
@@ -128,6 +127,8 @@ def slice_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[Finding
 
 
 def _cdi_vendor_findings(driver: str) -> Iterator[Finding]:
+    from dralet.cdi import names as cdi_names
+
     try:
         cdi_names.validate_vendor(driver)
     except cdi_names.CDINameError as error:
@@ -189,6 +190,8 @@ def _device_findings(
         if name in seen:
             yield Finding("DRA016", (*path, "name"), f"duplicate device name {name!r}")
         seen.add(name)
+        from dralet.cdi import names as cdi_names
+
         try:
             cdi_names.validate_device_name(name)
         except cdi_names.CDINameError as error:
