@@ -367,9 +367,71 @@ def _regex_decls() -> list[cel.FunctionDecl]:
     ]
 
 
+_DEVICE_TYPE_NAME = "kubernetes.DRADevice"
+"""The declared type of ``device``, named as upstream names it
+(kubernetes/dynamic-resource-allocation cel/compile.go): ``driver`` a string,
+``attributes`` map(string, map(string, dyn)), ``capacity`` map(string, map(string, ...)).
+The same declaration holds from 1.31 on, so for every release dralet targets."""
+_PROTO_STRING, _PROTO_BOOL, _PROTO_MESSAGE = 9, 8, 11
+_PROTO_OPTIONAL, _PROTO_REPEATED = 1, 3
+
+
+def _declare_device_type() -> None:
+    """Register ``kubernetes.DRADevice`` as a message type, so that the type checker knows
+    its fields: ``device.attributes[true]`` and ``device.driver == 1`` do not compile.
+    Maps of maps are ``map<string, google.protobuf.Struct>``, which CEL reads as
+    map(string, map(string, dyn))."""
+    from google.protobuf import descriptor_pb2, struct_pb2  # noqa: F401 - registers Struct
+
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindMessageTypeByName(_DEVICE_TYPE_NAME)
+        return
+    except KeyError:
+        pass
+    package, _, name = _DEVICE_TYPE_NAME.rpartition(".")
+    file = descriptor_pb2.FileDescriptorProto(
+        name="dralet/dra_device_declaration.proto", package=package, syntax="proto3"
+    )
+    file.dependency.append("google/protobuf/struct.proto")
+    message = file.message_type.add(name=name)
+    message.field.add(name="driver", number=1, type=_PROTO_STRING, label=_PROTO_OPTIONAL)
+    for number, field_name in ((2, "attributes"), (3, "capacity")):
+        entry = message.nested_type.add(name=f"{field_name.capitalize()}Entry")
+        entry.options.map_entry = True
+        entry.field.add(name="key", number=1, type=_PROTO_STRING, label=_PROTO_OPTIONAL)
+        entry.field.add(
+            name="value",
+            number=2,
+            type=_PROTO_MESSAGE,
+            label=_PROTO_OPTIONAL,
+            type_name=".google.protobuf.Struct",
+        )
+        message.field.add(
+            name=field_name,
+            number=number,
+            type=_PROTO_MESSAGE,
+            label=_PROTO_REPEATED,
+            type_name=f".{_DEVICE_TYPE_NAME}.{entry.name}",
+        )
+    pool.Add(file)
+
+
+@cache
+def _checking_environment() -> cel.Env:
+    """The environment selectors are type-checked in: ``device`` has its declared type.
+    Evaluation uses ``_environment`` (``device`` as dyn), which takes plain dicts."""
+    _declare_device_type()
+    return _new_environment(cel.Type(_DEVICE_TYPE_NAME))
+
+
 @cache
 def _environment() -> cel.Env:
-    """The one CEL environment every selector is compiled in (built on first use)."""
+    """The one CEL environment every selector is evaluated in (built on first use)."""
+    return _new_environment(cel.Type.DYN)
+
+
+def _new_environment(device_type: cel.Type) -> cel.Env:
     functions = [
         *_comparison_decls(),
         *_quantity_decls(),
@@ -380,7 +442,7 @@ def _environment() -> cel.Env:
     ]
     return cel.NewEnv(
         descriptor_pool.Default(),
-        variables={"device": cel.Type.DYN},
+        variables={"device": device_type},
         functions=functions,
         extensions=[
             ext_strings.ExtStrings(STRINGS_EXTENSION_VERSION),
@@ -470,23 +532,21 @@ class CelEngine:
             raise CelCompileError(
                 f"expression is too long ({len(expression)} > {MAX_EXPRESSION_LENGTH} characters)"
             )
-        environment = _environment()
         try:
-            checked = environment.compile(expression)
+            checked = _checking_environment().compile(expression)
         except RuntimeError as error:
             raise _compile_error(expression, error) from None
+        environment = _environment()
         result_type = checked.return_type()
         if not any(result_type == accepted for accepted in _ACCEPTED_RESULT_TYPES):
             raise CelCompileError(
                 f"must evaluate to bool or the unknown type, not {result_type.name()}"
             )
         rewritten = cel_syntax.default_missing_domains(expression)
-        program = checked
-        if rewritten != expression:
-            try:
-                program = environment.compile(rewritten)
-            except RuntimeError:
-                program = checked
+        try:
+            program = environment.compile(rewritten)
+        except RuntimeError:
+            program = environment.compile(expression)
         return CompiledSelector(expression, program=program, engine=self)
 
     def compile_all(self, expressions: Iterable[str]) -> list[CompiledSelector]:

@@ -200,12 +200,39 @@ def _objects(
                 continue
             yield ManifestObject(file, index, item, root, base, lines)
         return
+    miscased = _miscased_type_keys(data)
+    if miscased:
+        problems.append(
+            LoadProblem(
+                file,
+                locate(root, (miscased[0],), anchor=Anchor.KEY),
+                "keys are case-sensitive: "
+                + ", ".join(f"{k!r} must be spelled {_TYPE_KEYS[k.lower()]!r}" for k in miscased)
+                + " (kubectl refuses the document)",
+                "DRA005",
+            )
+        )
+        return
     if not data.get("apiVersion") or not data.get("kind"):
         problems.append(
             LoadProblem(file, start, "document has no apiVersion or kind; skipped", "DRA002")
         )
         return
     yield ManifestObject(file, index, data, root, (), lines)
+
+
+_TYPE_KEYS = {"apiversion": "apiVersion", "kind": "kind"}
+
+
+def _miscased_type_keys(data: dict[str, Any]) -> list[str]:
+    """``apiversion:`` or ``Kind:`` where ``apiVersion``/``kind`` is meant."""
+    return [
+        key
+        for key in data
+        if key.lower() in _TYPE_KEYS
+        and key != _TYPE_KEYS[key.lower()]
+        and _TYPE_KEYS[key.lower()] not in data
+    ]
 
 
 def to_plain(node: Any) -> Any:

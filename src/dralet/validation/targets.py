@@ -34,6 +34,9 @@ _FIRST_AVAILABLE_FROM = 33
 _PER_DEVICE_NODE_SELECTION_FROM = 33
 _DISTINCT_ATTRIBUTE_FROM = 34
 _TAINTS_16_FROM = 35
+_TAINT_EFFECT_NONE_FROM = 35
+"""The informational ``None`` taint effect (k8s.io/api resource/v1 types.go,
+DeviceTaintEffectNone) is served from 1.35 on."""
 _TAINTS_MAX_BEFORE = 4
 _TAINTS_MAX_AFTER = 16
 
@@ -85,6 +88,11 @@ class ApiShape:
     @property
     def distinct_attribute(self) -> bool:
         return self.minor >= _DISTINCT_ATTRIBUTE_FROM
+
+    @property
+    def taint_effects(self) -> tuple[str, ...]:
+        base = ("NoSchedule", "NoExecute")
+        return (*base, "None") if self.minor >= _TAINT_EFFECT_NONE_FROM else base
 
     @property
     def taints_max(self) -> int:
