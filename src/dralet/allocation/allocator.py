@@ -206,6 +206,28 @@ class Allocator:
             notes=node_pools.notes,
         )
 
+    def claim_limit_problem(self, claim: model.ResourceClaim) -> str | None:
+        """Why a claim asks for more devices than one claim may hold, before any node is
+        tried (ExactCount requests; All is counted per node during the search)."""
+        needed = 0
+        for request in claim.requests:
+            counts = [
+                alt.count
+                for alt in request.alternatives
+                if alt.allocation_mode == model.EXACT_COUNT
+            ]
+            if len(counts) == len(request.alternatives) and counts:
+                needed += min(counts)
+        if needed > self.settings.max_devices_per_claim:
+            return self._limit_message(claim, needed)
+        return None
+
+    def _limit_message(self, claim: model.ResourceClaim, needed: int) -> str:
+        return (
+            f"claim {claim.key}: number of requested devices {needed} exceeds the claim "
+            f"limit of {self.settings.max_devices_per_claim} (AllocationResultsMaxSize)"
+        )
+
     # --- set-up ---------------------------------------------------------------------
 
     def _compile(
@@ -232,10 +254,7 @@ class Allocator:
             requests.append(alternatives)
         needed = sum(min(a.count for a in alts) for alts in requests if alts)
         if needed > self.settings.max_devices_per_claim:
-            raise AllocationError(
-                f"claim {claim.key}: number of requested devices {needed} exceeds the claim "
-                f"limit of {self.settings.max_devices_per_claim}"
-            )
+            raise AllocationError(self._limit_message(claim, needed))
         constraints = []
         for index, constraint in enumerate(claim.constraints):
             if constraint.match_attribute is None:
@@ -422,6 +441,9 @@ class _Search:
         self.claims: list[_PreparedClaim] = []
         self.allocating: dict[model.DeviceId, str] = {}
         self.rejections: dict[tuple[str, str, model.DeviceId], Rejection] = {}
+        self.claim_picks: dict[tuple[str, model.DeviceId], str] = {}
+        """(claim, device) -> request: one device serves at most one request of a claim,
+        admin access or not."""
         self.steps = 0
 
     def selectable(
@@ -453,7 +475,12 @@ class _Search:
                 reason=reason,
             )
 
-    def _in_use(self, alternative: _Alternative, candidate: pools.Candidate) -> str | None:
+    def _in_use(
+        self, claim: model.ResourceClaim, alternative: _Alternative, candidate: pools.Candidate
+    ) -> str | None:
+        picked_by = self.claim_picks.get((claim.key, candidate.device_id))
+        if picked_by is not None:
+            return f"in use: already picked for request {picked_by} of this claim"
         if alternative.admin:
             return None
         holder = self.allocated.get(candidate.device_id)
@@ -511,6 +538,7 @@ class _Search:
             self.allocating[candidate.device_id] = (
                 f"claim {prepared.claim.key}, request {alternative.sub.name}"
             )
+        self.claim_picks[(prepared.claim.key, candidate.device_id)] = alternative.sub.name
         result = model.DeviceRequestAllocationResult(
             request=alternative.sub.name,
             driver=candidate.device_id.driver,
@@ -530,6 +558,7 @@ class _Search:
         prepared.picked.pop()
         if not alternative.admin:
             del self.allocating[candidate.device_id]
+        del self.claim_picks[(prepared.claim.key, candidate.device_id)]
         for constraint in added:
             constraint.remove()
         self._reject(prepared.claim, alternative, candidate, BACKTRACKED)
@@ -550,7 +579,7 @@ class _Search:
         if alternative.all_devices is not None:
             candidate = alternative.all_devices[slot]
             self._step()
-            busy = self._in_use(alternative, candidate)
+            busy = self._in_use(claim, alternative, candidate)
             if busy is not None:
                 self._reject(claim, alternative, candidate, f"{busy} (All needs every device)")
                 return False
@@ -567,7 +596,7 @@ class _Search:
             return False
         for candidate in self.candidates[start:]:
             self._step()
-            busy = self._in_use(alternative, candidate)
+            busy = self._in_use(claim, alternative, candidate)
             if busy is not None:
                 self._reject(claim, alternative, candidate, busy)
                 continue

@@ -104,6 +104,14 @@ def slice_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[Finding
         yield Finding("DRA015", ("spec",), _node_selection_message(fields, chosen), Anchor.KEY)
     yield from _node_fields_findings(spec, path=("spec",), pointers=shape.version == "v1")
     yield from _counter_set_findings(spec.get("sharedCounters"))
+    if shape.counters_in_own_slices and spec.get("sharedCounters") and spec.get("devices"):
+        yield Finding(
+            "DRA018",
+            ("spec", "sharedCounters"),
+            "only one of `sharedCounters` or `devices` is allowed: counter sets go in a "
+            "slice of their own in the same pool",
+            Anchor.KEY,
+        )
     per_device = "perDeviceNodeSelection" in chosen
     devices = spec.get("devices")
     if not isinstance(devices, list):

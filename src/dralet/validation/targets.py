@@ -37,6 +37,9 @@ _TAINTS_16_FROM = 35
 _TAINT_EFFECT_NONE_FROM = 35
 """The informational ``None`` taint effect (k8s.io/api resource/v1 types.go,
 DeviceTaintEffectNone) is served from 1.35 on."""
+_COUNTERS_IN_OWN_SLICES_FROM = 35
+"""KEP-4815 as updated for 1.35 (kubernetes/kubernetes#134189): a slice holds either
+``sharedCounters`` or ``devices``, never both."""
 _TAINTS_MAX_BEFORE = 4
 _TAINTS_MAX_AFTER = 16
 
@@ -88,6 +91,10 @@ class ApiShape:
     @property
     def distinct_attribute(self) -> bool:
         return self.minor >= _DISTINCT_ATTRIBUTE_FROM
+
+    @property
+    def counters_in_own_slices(self) -> bool:
+        return self.minor >= _COUNTERS_IN_OWN_SLICES_FROM
 
     @property
     def taint_effects(self) -> tuple[str, ...]:
