@@ -15,6 +15,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from dralet.cli.main import cli
@@ -24,6 +25,7 @@ MANIFESTS = Path(__file__).parent / "manifests"
 CORPUS = sorted(p for p in MANIFESTS.iterdir() if p.suffix in (".yaml", ".json"))
 ARGS_PREFIX = "# dralet-validate: "
 ERROR_EXIT = 1
+BAD_INPUT_EXIT = 2
 ERROR_LINE = re.compile(r"\d+:\d+: DRA\d+ error ")
 
 
@@ -126,10 +128,37 @@ def test_warnings_fail_only_with_strict() -> None:
 
 def test_kubernetes_version_selects_the_served_api() -> None:
     manifest = str(MANIFESTS / "valid-v1-k134.yaml")
-    code, output = _run(manifest)
+    code, output = _run("-k", "1.32", manifest)
     assert code == ERROR_EXIT
     assert "DRA003 error apiVersion 'resource.k8s.io/v1' is not served by Kubernetes 1.32" in output
     assert _run("--kubernetes-version", "1.35", manifest)[0] == 0
+
+
+def test_default_target_is_the_newest_supported_release_and_help_says_so() -> None:
+    assert _run(str(MANIFESTS / "valid-v1-k134.yaml"))[0] == 0
+    code, output = _run("--help")
+    assert code == 0
+    assert "[default: 1.35]" in output
+    assert "Exit status: 0 success; 1 findings" in output
+
+
+def test_yaml_output_is_the_json_list_in_yaml() -> None:
+    manifest = str(MANIFESTS / "invalid-count.yaml")
+    code, output = _run("-o", "yaml", manifest)
+    assert code == ERROR_EXIT
+    listed = yaml.safe_load(output)
+    assert listed == json.loads(_run("-o", "json", manifest)[1])
+    assert listed[0]["id"] == "DRA011"
+
+
+def test_an_unreadable_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    binary = tmp_path / "blob.yaml"
+    binary.write_bytes(b"\xff\xfe\x00apiVersion")
+    result = CliRunner().invoke(cli, ["validate", str(binary)])
+    assert result.exit_code == BAD_INPUT_EXIT
+    assert result.output.count("\n") == 1
+    assert result.output.startswith("error: reading the manifests: ")
+    assert "Traceback" not in result.output
 
 
 def test_explain_prints_why_fix_and_examples() -> None:

@@ -325,7 +325,8 @@ class Allocator:
         view = candidate.device.view
         if view is None:
             return False
-        key = (alternative.selector_key, id(candidate.device))
+        # Devices with the same content share one result: a selector sees nothing else.
+        key = (alternative.selector_key, view.fingerprint)
         if self.settings.cache_selector_results:
             known = self._selectable.get(key)
             if known is not None:

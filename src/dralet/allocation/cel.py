@@ -15,8 +15,9 @@ allocator. Used by the allocator, ``dralet simulate`` and ``dralet validate``.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cache
@@ -78,6 +79,9 @@ class DeviceView:
     """domain -> capacity name -> Quantity message."""
     conversion_error: str | None = None
     """Why an attribute or capacity could not be turned into a CEL value, if one could not."""
+    fingerprint: Hashable = None
+    """Equal for devices a selector cannot tell apart (same driver, attributes and
+    capacity), so one selector result serves them all."""
     _activation: list[cel.Activation] = field(default_factory=list, repr=False)
 
     def activation(self) -> cel.Activation:
@@ -146,8 +150,17 @@ def device_view(
         except ValueError as error:
             problem = problem or str(error)
     return DeviceView(
-        driver=driver, attributes=by_domain, capacity=capacity_by_domain, conversion_error=problem
+        driver=driver,
+        attributes=by_domain,
+        capacity=capacity_by_domain,
+        conversion_error=problem,
+        fingerprint=(driver, _frozen(attributes), _frozen(capacity)),
     )
+
+
+def _frozen(value: Mapping[str, Any]) -> str:
+    """A canonical text of API JSON (keys sorted): equal for equal content."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 # --- Kubernetes quantity and semver libraries ------------------------------------------

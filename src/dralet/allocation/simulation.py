@@ -150,6 +150,8 @@ class _Run:
         self.claim_nodes: dict[str, str] = {}
         """The node each claim allocated in this run was allocated for."""
         self._free: dict[str, int] = {}
+        self._first_open = 0
+        """Index of the first node that may still have a free device."""
         """Per node visited so far: how many of the devices it sees are not in use."""
         self._seen_by: dict[model.DeviceId, list[str]] = {}
 
@@ -270,9 +272,14 @@ class _Run:
             )
         explained: list[allocator.NodeAllocation] = []
         quick = _needs_a_free_device(claim)
-        for tried, node in enumerate(self.nodes, start=1):
+        # Nodes only fill up during a run: a claim that needs a free device can start at
+        # the first node that still had one (unless it must explain every node it skips).
+        first = self._first_open if quick and not self.explain else 0
+        for tried, node in enumerate(self.nodes[first:], start=first + 1):
             node_pools = self.inventory.for_node(node)
             if quick and self._free_devices(node_pools) == 0:
+                if tried - 1 == self._first_open:
+                    self._first_open += 1
                 if self.explain and len(explained) < self.settings.max_explained_nodes:
                     explained.append(
                         allocator.NodeAllocation(

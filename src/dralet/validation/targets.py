@@ -26,7 +26,8 @@ __all__ = [
 RESOURCE_GROUP = "resource.k8s.io"
 DRA_KINDS = ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
 SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
-DEFAULT_KUBERNETES_VERSION = "1.32"
+DEFAULT_KUBERNETES_VERSION = SUPPORTED_KUBERNETES_VERSIONS[-1]
+"""The newest release dralet knows: what a new cluster runs."""
 
 _SERVED_FROM = {"v1beta1": 32, "v1beta2": 33, "v1": 34}
 """The minor Kubernetes release that first serves each resource.k8s.io version."""
