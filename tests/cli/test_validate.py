@@ -12,6 +12,8 @@ import json
 import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,3 +179,46 @@ def test_explain_refuses_an_unknown_rule() -> None:
 
 def test_no_paths_is_a_usage_error() -> None:
     assert _run()[0] == 2
+
+
+def test_a_clean_file_imports_no_driver_runtime_and_no_position_parser(tmp_path: Path) -> None:
+    """Start-up is most of a pre-commit hook's cost: keep heavy modules out of validate."""
+    manifest = tmp_path / "class.yaml"
+    manifest.write_text(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\n"
+    )
+    script = (
+        "import sys\n"
+        "from dralet.cli.main import cli\n"
+        "try:\n"
+        f"    cli(['validate', {str(manifest)!r}])\n"
+        "except SystemExit as done:\n"
+        "    assert done.code in (0, None), done.code\n"
+        "heavy = {'grpc', 'aiohttp', 'kubernetes', 'ruamel', 'jsonschema', 'prometheus_client'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_pre_commit_hook_runs_dralet_validate() -> None:
+    hooks = yaml.safe_load((Path(__file__).parents[2] / ".pre-commit-hooks.yaml").read_text())
+    (hook,) = hooks
+    assert (hook["id"], hook["entry"], hook["language"]) == (
+        "dralet-validate",
+        "dralet validate",
+        "python",
+    )
+    assert set(hook["types_or"]) == {"yaml", "json"}
+
+
+def test_the_rules_table_in_the_docs_lists_every_rule() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "validate.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    for rule in catalog.RULES.values():
+        assert f"| {rule.id} | {rule.severity.value} | {rule.title} |" in docs
+    for new_rule in ("DRA005", "DRA006", "DRA023", "DRA024", "DRA108"):
+        assert new_rule in readme
+    assert "-k 1.35" in readme
