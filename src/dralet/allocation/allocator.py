@@ -14,6 +14,7 @@ a CEL error, a missing class, All over an incomplete pool, too many devices).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,7 +146,7 @@ class _Alternative:
     def admin(self) -> bool:
         return bool(self.sub.admin_access)
 
-    @property
+    @functools.cached_property
     def selector_key(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
         return (
             self.device_class.name,
@@ -179,6 +180,8 @@ class Allocator:
         self._engine = engine
         self.settings = settings or AllocatorSettings()
         self._selectable: dict[tuple[Any, ...], bool] = {}
+        self._compiled_sets: dict[tuple[str, ...], tuple[cel.CompiledSelector, ...]] = {}
+        """Compiled selector lists by their expressions (one lookup per request)."""
 
     def allocate(
         self,
@@ -233,6 +236,10 @@ class Allocator:
     def _compile(
         self, expressions: Sequence[str], *, owner: str
     ) -> tuple[cel.CompiledSelector, ...]:
+        key = tuple(expressions)
+        known = self._compiled_sets.get(key)
+        if known is not None:
+            return known
         compiled = []
         for index, expression in enumerate(expressions):
             try:
@@ -241,6 +248,8 @@ class Allocator:
                 raise AllocationError(
                     f"{owner}: selector #{index}: CEL compile error: {error.message}"
                 ) from None
+        if self._engine.caches_compiled:
+            self._compiled_sets[key] = tuple(compiled)
         return tuple(compiled)
 
     def _prepare(

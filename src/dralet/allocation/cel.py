@@ -530,6 +530,11 @@ class CelEngine:
         self._cache: dict[str, CompiledSelector] = {}
         self._cache_compiled = cache_compiled
 
+    @property
+    def caches_compiled(self) -> bool:
+        """Whether each expression string is compiled only once."""
+        return self._cache_compiled
+
     def compile(self, expression: str) -> CompiledSelector:
         """The compiled selector; raises ``CelCompileError`` if it is not a valid selector."""
         cached = self._cache.get(expression)

@@ -228,9 +228,27 @@ def _is_object(value: Any) -> bool:
     )
 
 
+_TEMPLATE = re.compile(r"^\s*(?:-\s+)?\{\{-?|:\s+\{\{-?\s*[.$\w]", re.MULTILINE)
+"""A Helm or Go template action where YAML expects a value or a line of its own."""
+
+
 def parse_source(source: Source) -> tuple[list[ManifestObject], list[LoadProblem]]:
     """Every Kubernetes object in one input, plus what could not be read."""
     lines = tuple(source.text.splitlines())
+    template = _TEMPLATE.search(source.text)
+    if template is not None:
+        line = source.text.count("\n", 0, template.start()) + 1
+        text = lines[line - 1] if line <= len(lines) else ""
+        column = len(text) - len(text.lstrip()) + 1
+        return [], [
+            LoadProblem(
+                source.name,
+                Position(line, column),
+                "an unrendered template ({{ ... }}): render it first (helm template, "
+                "kustomize build) and check the output",
+                "DRA001",
+            )
+        ]
     fast = _fast_documents(source.text)
     if fast is not None:
         roots = Roots(source.text)

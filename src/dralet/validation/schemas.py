@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path as FilePath
 from typing import Any
 
+from dralet.validation import structure
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.structure import SchemaError, Validator
 
@@ -110,7 +111,7 @@ def schema_findings(
 
 
 def _zero_value_accepted(kind: str, error: SchemaError) -> bool:
-    missing = error.message.split("'")[1] if error.message.count("'") >= 2 else ""
+    missing = error.message.split('"')[1] if error.message.count('"') >= 2 else ""
     return (kind, error.path, missing) in _ZERO_VALUE_ACCEPTED
 
 
@@ -129,12 +130,12 @@ def _findings(error: SchemaError, *, api_version: str) -> Iterator[Finding]:
             )
         return
     if error.validator == "required":
-        missing = error.message.split("'")[1] if error.message.count("'") >= 2 else ""
+        missing = error.message.split('"')[1] if error.message.count('"') >= 2 else ""
         where = (*path, missing) if missing else path
         yield Finding(RULE, where, f"{dotted(path)}: {error.message}", Anchor.KEY)
         return
     if error.validator == "oneOf":
-        message = f"{error.instance!r} must be a string or a number"
+        message = f"{structure.shown(error.instance)} must be a string or a number"
     else:
         message = error.message
     yield Finding(RULE, path, f"{dotted(path)}: {message}")

@@ -5,16 +5,18 @@ as for the API server's decoder).
 
 Why not a general JSON Schema library: importing one costs more than a whole
 ``dralet validate`` of a small file may take (it is a pre-commit hook). The messages
-follow the usual JSON Schema wording (``'x' is not of type 'integer'``).
+follow the usual JSON Schema wording, with values spelled as JSON
+(``"x" is not of type "integer"``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SchemaError", "Validator"]
+__all__ = ["SchemaError", "Validator", "shown"]
 
 _Schema = Mapping[str, Any]
 
@@ -29,6 +31,15 @@ class SchemaError:
     message: str
     instance: Any
     schema: _Schema
+
+
+SHOWN_MAX_LENGTH = 60
+
+
+def shown(value: Any) -> str:
+    """A value as the manifest's JSON would spell it (never a Python repr), shortened."""
+    text = json.dumps(value, default=str, ensure_ascii=False, separators=(", ", ": "))
+    return text if len(text) <= SHOWN_MAX_LENGTH else text[: SHOWN_MAX_LENGTH - 3] + "..."
 
 
 def _is_type(value: Any, name: str) -> bool:
@@ -75,15 +86,15 @@ class Validator:
         if types is not None:
             names = [types] if isinstance(types, str) else list(types)
             if not any(_is_type(instance, n) for n in names):
-                shown = ", ".join(repr(n) for n in names)
+                names_text = ", ".join(f'"{n}"' for n in names)
                 yield SchemaError(
-                    path, "type", f"{instance!r} is not of type {shown}", instance, schema
+                    path, "type", f"{shown(instance)} is not of type {names_text}", instance, schema
                 )
                 return
         enum = schema.get("enum")
         if enum is not None and instance not in enum:
             yield SchemaError(
-                path, "enum", f"{instance!r} is not one of {enum!r}", instance, schema
+                path, "enum", f"{shown(instance)} is not one of {shown(enum)}", instance, schema
             )
         one_of = schema.get("oneOf")
         if one_of is not None:
@@ -92,7 +103,7 @@ class Validator:
                 yield SchemaError(
                     path,
                     "oneOf",
-                    f"{instance!r} is not valid under any of the given schemas",
+                    f"{shown(instance)} is not valid under any of the given schemas",
                     instance,
                     schema,
                 )
@@ -110,7 +121,7 @@ class Validator:
         for name in schema.get("required", ()):
             if name not in instance:
                 yield SchemaError(
-                    path, "required", f"{name!r} is a required property", instance, schema
+                    path, "required", f'"{name}" is a required property', instance, schema
                 )
         properties: Mapping[str, _Schema] = schema.get("properties", {})
         extra = schema.get("additionalProperties")
