@@ -286,7 +286,12 @@ class _Run:
         devices = [
             d for obj, shape in self.slices for d in slices.published_devices(obj.data, shape=shape)
         ]
-        if not devices:
+        any_selector = any(e for _, e in self.classes.values()) or any(
+            view.selectors
+            for _, shape, spec, base in self.requesters
+            for view in claims.request_views(spec, shape=shape, path=base)
+        )
+        if not devices or not any_selector:
             return
         catalog_ = matching.DeviceCatalog(devices)
         for name, (obj, expressions_) in self.classes.items():
