@@ -14,6 +14,7 @@ Run: .venv/bin/python benchmarks/bench_allocation.py [--claims N] [--nodes N]
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,6 +150,12 @@ def end_to_end(text: str) -> simulation.SimulationReport:
     return simulation.simulate(inputs)
 
 
+def end_to_end_json(text: str) -> simulation.SimulationReport:
+    """What ``dralet simulate FILE.json`` does (a ``kubectl get -o json`` List)."""
+    inputs = manifests.decode_objects([json.loads(text)])
+    return simulation.simulate(inputs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--claims", type=int, default=DEFAULT_CLAIMS)
@@ -173,6 +180,9 @@ def main() -> None:
 
     uniform_text = _yaml_text(base + [claim(i) for i in range(args.claims)])
     varied_text = _yaml_text(base + [varied_claim(i) for i in range(args.claims)])
+    uniform_json = json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": base + [claim(i) for i in range(args.claims)]}
+    )
     n = args.claims
     rows = [
         timed("allocator, uniform", n, lambda: run(uniform)),
@@ -185,6 +195,7 @@ def main() -> None:
         ),
         timed("end to end from YAML, uniform", n, lambda: end_to_end(uniform_text)),
         timed("end to end from YAML, varied", n, lambda: end_to_end(varied_text)),
+        timed("end to end from JSON, uniform", n, lambda: end_to_end_json(uniform_json)),
     ]
     shape = f"{args.nodes} nodes x {DEVICES_PER_NODE} devices ({devices} devices)"
     print(f"{args.claims} claims over {shape}")
