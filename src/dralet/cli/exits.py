@@ -18,7 +18,7 @@ BAD_INPUT = 2
 OUTPUT_FORMATS = ("table", "json", "yaml")
 
 EPILOG = (
-    "\b\nExit status: 0 success; 1 findings (errors, or warnings with --strict; claims or "
+    "Exit status: 0 success; 1 findings (errors, or warnings with --strict; claims or "
     "pods that do not fit); 2 bad input (usage, unreadable or unusable manifests, "
     "unreachable cluster)."
 )
