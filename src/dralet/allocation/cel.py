@@ -134,6 +134,10 @@ def device_view(
     domain belong to the driver's domain. A value that cannot be converted does not
     raise here: every evaluation against the device fails with its reason instead.
     """
+    fingerprint = (driver, _frozen(attributes), _frozen(capacity))
+    known = _VIEWS.get(fingerprint)
+    if known is not None:
+        return known
     by_domain: dict[str, dict[str, Any]] = {driver: {}}
     capacity_by_domain: dict[str, dict[str, Any]] = {driver: {}}
     problem: str | None = None
@@ -149,13 +153,23 @@ def device_view(
             capacity_by_domain.setdefault(domain, {})[identifier] = _capacity_value(name, value)
         except ValueError as error:
             problem = problem or str(error)
-    return DeviceView(
+    view = DeviceView(
         driver=driver,
         attributes=by_domain,
         capacity=capacity_by_domain,
         conversion_error=problem,
-        fingerprint=(driver, _frozen(attributes), _frozen(capacity)),
+        fingerprint=fingerprint,
     )
+    if len(_VIEWS) >= _VIEWS_KEPT:
+        _VIEWS.clear()
+    _VIEWS[fingerprint] = view
+    return view
+
+
+_VIEWS: dict[Hashable, DeviceView] = {}
+"""Views by content: identical devices (a node's eight GPUs of one model) share one view,
+converted once for the CEL runtime."""
+_VIEWS_KEPT = 16_384
 
 
 def _frozen(value: Mapping[str, Any]) -> str:

@@ -75,6 +75,8 @@ def _version(obj: Mapping[str, Any]) -> str:
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
     if value is None:
         return {}
+    if type(value) is dict:  # the common case, without the slower abstract-class check
+        return value
     if not isinstance(value, Mapping):
         raise ManifestError(f"{path}: must be an object")
     return cast("Mapping[str, Any]", value)
