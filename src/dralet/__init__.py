@@ -5,37 +5,82 @@ devices, prepare one for a claim returning ``ContainerEdits``, release it) and h
 to ``Driver`` with ``DriverSettings``; dralet owns registration, the kubelet's DRA gRPC
 services, the crash-safe checkpoint, CDI files, recovery, garbage collection,
 ResourceSlices, the claim finalizer, health and metrics.
+
+The public names load on first use (PEP 562), so the command-line tools under
+``dralet.*`` (``dralet validate``, ``dralet simulate``) never pay for the driver's gRPC
+and aiohttp runtime.
 """
 
-from dralet.cdi.spec import ContainerEdits, DeviceNode, Hook, Mount
-from dralet.errors import ClaimError, PermanentError, TemporaryError
-from dralet.fsutil import FileLock, atomic_write
-from dralet.metrics import DriverMetrics
-from dralet.node.backend import (
-    AllocatedDevice,
-    AttributeValue,
-    ClaimRef,
-    ClaimUID,
-    Device,
-    DeviceBackend,
-    DeviceHealth,
-    HealthStatus,
-    PreparedDevice,
-    Version,
-)
-from dralet.node.claims import ClaimSource
-from dralet.node.devices import (
-    Capacity,
-    CounterConsumption,
-    CounterSet,
-    CounterSetSource,
-    DeviceTaint,
-    QuantityRange,
-    RequestPolicy,
-    TaintEffect,
-)
-from dralet.node.runner import Driver
-from dralet.node.settings import DriverSettings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dralet.cdi.spec import ContainerEdits, DeviceNode, Hook, Mount
+    from dralet.errors import ClaimError, PermanentError, TemporaryError
+    from dralet.fsutil import FileLock, atomic_write
+    from dralet.metrics import DriverMetrics
+    from dralet.node.backend import (
+        AllocatedDevice,
+        AttributeValue,
+        ClaimRef,
+        ClaimUID,
+        Device,
+        DeviceBackend,
+        DeviceHealth,
+        HealthStatus,
+        PreparedDevice,
+        Version,
+    )
+    from dralet.node.claims import ClaimSource
+    from dralet.node.devices import (
+        Capacity,
+        CounterConsumption,
+        CounterSet,
+        CounterSetSource,
+        DeviceTaint,
+        QuantityRange,
+        RequestPolicy,
+        TaintEffect,
+    )
+    from dralet.node.runner import Driver
+    from dralet.node.settings import DriverSettings
+
+_SOURCES: dict[str, str] = {
+    "ContainerEdits": "dralet.cdi.spec",
+    "DeviceNode": "dralet.cdi.spec",
+    "Hook": "dralet.cdi.spec",
+    "Mount": "dralet.cdi.spec",
+    "ClaimError": "dralet.errors",
+    "PermanentError": "dralet.errors",
+    "TemporaryError": "dralet.errors",
+    "FileLock": "dralet.fsutil",
+    "atomic_write": "dralet.fsutil",
+    "DriverMetrics": "dralet.metrics",
+    "AllocatedDevice": "dralet.node.backend",
+    "AttributeValue": "dralet.node.backend",
+    "ClaimRef": "dralet.node.backend",
+    "ClaimUID": "dralet.node.backend",
+    "Device": "dralet.node.backend",
+    "DeviceBackend": "dralet.node.backend",
+    "DeviceHealth": "dralet.node.backend",
+    "HealthStatus": "dralet.node.backend",
+    "PreparedDevice": "dralet.node.backend",
+    "Version": "dralet.node.backend",
+    "ClaimSource": "dralet.node.claims",
+    "Capacity": "dralet.node.devices",
+    "CounterConsumption": "dralet.node.devices",
+    "CounterSet": "dralet.node.devices",
+    "CounterSetSource": "dralet.node.devices",
+    "DeviceTaint": "dralet.node.devices",
+    "QuantityRange": "dralet.node.devices",
+    "RequestPolicy": "dralet.node.devices",
+    "TaintEffect": "dralet.node.devices",
+    "Driver": "dralet.node.runner",
+    "DriverSettings": "dralet.node.settings",
+}
+"""Where each public name is defined."""
 
 __all__ = [
     "AllocatedDevice",
@@ -70,3 +115,16 @@ __all__ = [
     "Version",
     "atomic_write",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _SOURCES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dralet' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

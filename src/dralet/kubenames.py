@@ -1,5 +1,6 @@
 """The Kubernetes name rules, written once: DNS labels and subdomains, driver and pool
-names, qualified attribute names and object UIDs.
+names, qualified attribute names, object UIDs, label keys and values, annotation keys and
+their total size, and generateName prefixes.
 
 Used by the node (the kubelet's claim references), the publisher (what a slice may hold)
 and ``dralet validate``. Each function returns the reason a value is invalid, or ``None``
@@ -11,14 +12,24 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "ANNOTATIONS_TOTAL_MAX_BYTES",
     "ATTRIBUTE_ID_MAX_LENGTH",
     "DNS_LABEL_MAX_LENGTH",
     "DNS_SUBDOMAIN_MAX_LENGTH",
     "DRIVER_NAME_MAX_LENGTH",
+    "LABEL_NAME_MAX_LENGTH",
+    "LABEL_VALUE_MAX_LENGTH",
     "POOL_NAME_MAX_LENGTH",
+    "annotation_key_problem",
+    "annotations_size_problem",
+    "dns_label_name_problem",
     "dns_label_problem",
+    "dns_subdomain_name_problem",
     "dns_subdomain_problem",
     "driver_name_problem",
+    "extended_resource_name_problem",
+    "label_key_problem",
+    "label_value_problem",
     "pool_name_problem",
     "qualified_name_problem",
     "uid_problem",
@@ -136,3 +147,106 @@ def uid_problem(value: str) -> str | None:
     if _UID.fullmatch(value.lower()) is not None:
         return "is not in canonical form: UIDs are lower-case"
     return "is not a UUID"
+
+
+# --- object metadata: labels, annotations, generated names -------------------------------
+# Facts from apimachinery's validation (IsQualifiedName, IsValidLabelValue,
+# ValidateAnnotations, NameIsDNSSubdomain with prefix): a qualified key is an optional DNS
+# subdomain prefix of at most 253 characters and a name of at most 63 characters of
+# letters, digits, '-', '_' and '.', starting and ending with a letter or digit; a label
+# value is empty or such a name; annotations may hold at most 256 KiB of keys and values.
+
+LABEL_NAME_MAX_LENGTH = 63
+LABEL_VALUE_MAX_LENGTH = 63
+ANNOTATIONS_TOTAL_MAX_BYTES = 256 * 1024
+GENERATED_NAME_SUFFIX_LENGTH = 5
+"""generateName appends five random characters; the prefix is checked with them in mind."""
+
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+def _label_name_problem(name: str) -> str | None:
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > LABEL_NAME_MAX_LENGTH:
+        return f"name part must be no more than {LABEL_NAME_MAX_LENGTH} characters"
+    if _LABEL_NAME.fullmatch(name) is None:
+        return (
+            "name part must consist of letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def label_key_problem(key: str) -> str | None:
+    """A label or annotation key (``prefix/name`` or ``name``), as IsQualifiedName checks it."""
+    prefix, slash, name = key.rpartition("/")
+    if key.count("/") > 1:
+        return (
+            "a qualified name must consist of an optional DNS subdomain prefix and '/' "
+            "followed by a name"
+        )
+    if slash:
+        if not prefix:
+            return "prefix part must be non-empty"
+        problem = dns_subdomain_problem(prefix)
+        if problem is not None:
+            return f"prefix part {problem}"
+    return _label_name_problem(name)
+
+
+def label_value_problem(value: str) -> str | None:
+    """A label value: empty, or at most 63 letters, digits, '-', '_', '.' (alphanumeric ends)."""
+    if not value:
+        return None
+    if len(value) > LABEL_VALUE_MAX_LENGTH:
+        return f"must be no more than {LABEL_VALUE_MAX_LENGTH} characters"
+    if _LABEL_NAME.fullmatch(value) is None:
+        return (
+            "a label value must be empty or consist of letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def annotation_key_problem(key: str) -> str | None:
+    """Annotation keys are qualified names once lower-cased."""
+    return label_key_problem(key.lower())
+
+
+def annotations_size_problem(annotations: dict[str, str]) -> str | None:
+    """The total size of keys and values, counted in bytes as the API server does."""
+    total = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    if total > ANNOTATIONS_TOTAL_MAX_BYTES:
+        return f"may not be more than {ANNOTATIONS_TOTAL_MAX_BYTES} bytes (has {total})"
+    return None
+
+
+def dns_label_name_problem(value: str, *, prefix: bool = False) -> str | None:
+    """An object name that must be a DNS label; ``prefix`` for a generateName."""
+    return dns_label_problem(_as_generated(value) if prefix else value)
+
+
+def dns_subdomain_name_problem(value: str, *, prefix: bool = False) -> str | None:
+    """An object name that must be a DNS subdomain; ``prefix`` for a generateName."""
+    return dns_subdomain_problem(_as_generated(value) if prefix else value)
+
+
+def _as_generated(prefix: str) -> str:
+    """A generateName prefix may end in '-' or '.': the random suffix follows it."""
+    return prefix + "x" * GENERATED_NAME_SUFFIX_LENGTH if prefix else prefix
+
+
+def extended_resource_name_problem(name: str) -> str | None:
+    """A DeviceClass ``extendedResourceName`` (1.34+): an extended resource name as
+    IsExtendedResourceName defines it: domain-prefixed, outside the ``kubernetes.io``
+    domain, and ``requests.<name>`` a valid qualified name (it becomes a quota key)."""
+    if "/" not in name or name.endswith("/"):
+        return "must be a domain-prefixed name such as 'example.com/gpu'"
+    domain = name.split("/", 1)[0]
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return "the kubernetes.io domain is reserved for native resources"
+    problem = label_key_problem("requests." + name)
+    if problem is not None:
+        return f"'requests.{name}' must be a qualified name: {problem}"
+    return None

@@ -414,6 +414,37 @@ CASES = [
         admin=True,
     ),
     Case(
+        "admin-access-never-reuses-a-device-within-one-claim",
+        only_gpu_class(
+            rslice("s", [dev("gpu-0")]),
+            claim("c", req("a", admin=True), req("b", admin=True)),
+        ),
+        "unschedulable",
+    ),
+    Case(
+        "admin-access-two-requests-get-two-devices",
+        only_gpu_class(
+            rslice("s", TWO_GPUS),
+            claim("other", req(), allocated=[("r", "pool-a", "gpu-0", False)]),
+            claim("c", req("a", admin=True), req("b", admin=True)),
+        ),
+        [("a", "pool-a", "gpu-0"), ("b", "pool-a", "gpu-1")],
+        admin=True,
+    ),
+    Case(
+        "over-the-claim-limit-is-an-error-even-when-every-device-is-in-use",
+        only_gpu_class(
+            rslice("s", [dev("gpu-0")]),
+            claim("other", req(), allocated=[("r", "pool-a", "gpu-0", False)]),
+            claim("c", req(count=40)),
+        ),
+        (
+            "error",
+            "claim default/c: number of requested devices 40 exceeds the claim limit of 32 "
+            "(AllocationResultsMaxSize)",
+        ),
+    ),
+    Case(
         "admin-access-gate-off-is-an-error",
         only_gpu_class(rslice("s", TWO_GPUS), claim("c", req(admin=True))),
         (
@@ -501,7 +532,11 @@ CASES = [
     Case(
         "more-than-32-devices-per-claim",
         only_gpu_class(rslice("s", TWO_GPUS), claim("c", req(count=33))),
-        ("error", "claim default/c: number of requested devices 33 exceeds the claim limit of 32"),
+        (
+            "error",
+            "claim default/c: number of requested devices 33 exceeds the claim limit of 32 "
+            "(AllocationResultsMaxSize)",
+        ),
     ),
     Case(
         "v1beta1-device-without-basic-not-selectable",

@@ -81,7 +81,6 @@ def test_selector_results(
         (f'device.attributes["{DRIVER}"].missing == "x"', "no such key: missing"),
         (f'device.capacity["{DRIVER}"].cores.asInteger() == 1', "cannot convert value to integer"),
         ('quantity("1GB").sign() == 1', "quantities must match the regular expression"),
-        ("device.driver", "CEL result of type STRING could not be converted to bool"),
     ],
 )
 def test_runtime_errors_are_raised_not_false(
@@ -96,6 +95,20 @@ def test_runtime_errors_are_raised_not_false(
     [
         ('device.driver == "a" &&', "compilation failed: Syntax error: mismatched input", 23),
         ("1 + 1", "must evaluate to bool or the unknown type, not INT", None),
+        # `device` has its declared type, as in the API server: these do not type-check.
+        ("device.driver", "must evaluate to bool or the unknown type, not STRING", None),
+        (
+            "device.attributes[true].model == 'x'",
+            "compilation failed: found no matching overload for '_[_]' applied to "
+            "'(map(string, map(string, dyn)), bool)'",
+            17,
+        ),
+        (
+            "device.driver == 1",
+            "compilation failed: found no matching overload for '_==_' applied to '(string, int)'",
+            14,
+        ),
+        ("device.model == 'x'", "compilation failed: undefined field 'model'", 6),
         (
             'semver("1.0.0").compareTo(quantity("1Gi")) == 0',
             "compilation failed: found no matching overload for 'compareTo' applied to "

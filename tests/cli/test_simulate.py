@@ -129,7 +129,10 @@ def test_table_output() -> None:
             "error: ResourceClaim team-c/wrong-mode: spec.devices.requests[0].allocationMode: "
             'Unsupported value: "WaitForFirstConsumer": supported values: "All", "ExactCount"',
         ),
-        ([SLICES, CLASSES], "error: no ResourceClaim or ResourceClaimTemplate in the input"),
+        (
+            [SLICES, CLASSES],
+            "error: no ResourceClaim, ResourceClaimTemplate or Pod using claims in the input",
+        ),
     ],
 )
 def test_bad_input_exits_2(args: list[str], message: str) -> None:
@@ -196,3 +199,43 @@ def test_subprocess_entry_point() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["allAllocated"] is True
+
+
+PODS = str(FIXTURES / "pods.yaml")
+
+
+def test_a_pods_claims_are_allocated_together_and_replicas_get_their_own_claims() -> None:
+    code, out, _ = simulate(PODS, "-o", "json")
+    assert code == 0
+    document = json.loads(out)
+    pods = {p["name"]: p for p in document["pods"]}
+    assert pods["train"]["status"] == "scheduled"
+    assert pods["train"]["node"] == "node-a"
+    assert pods["train"]["claims"] == ["ml/small", "ml/large"]
+    assert pods["serve-0"]["from"] == "Deployment/serve"
+    claims = {c["name"]: c for c in document["claims"]}
+    picked = {
+        name: claims[name]["allocation"]["devices"]["results"][0]["device"]
+        for name in ("small", "large")
+    }
+    assert picked == {"small": "gpu-small", "large": "gpu-large"}
+    # The replicas take what is left: node-a is full, so both land on node-b.
+    assert {claims[f"serve-{i}-gpu"]["node"] for i in (0, 1)} == {"node-b"}
+    assert "one-gpu" not in claims
+
+
+def test_a_pod_that_cannot_fit_all_its_claims_on_one_node_is_unschedulable() -> None:
+    code, out, _ = simulate(PODS, "--node-name", "node-b", "-o", "table")
+    assert code == 1
+    lines = out.splitlines()
+    assert "pod ml/train: scheduled on node node-b" in lines
+    assert any(
+        line.startswith("pod ml/serve-1 [Deployment/serve]: unschedulable") for line in lines
+    )
+
+
+def test_node_is_an_alias_of_node_name() -> None:
+    assert (
+        simulate(PODS, "--node", "node-a", "-o", "json")[1]
+        == simulate(PODS, "--node-name", "node-a", "-o", "json")[1]
+    )

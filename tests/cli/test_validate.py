@@ -12,9 +12,12 @@ import json
 import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from dralet.cli.main import cli
@@ -24,6 +27,7 @@ MANIFESTS = Path(__file__).parent / "manifests"
 CORPUS = sorted(p for p in MANIFESTS.iterdir() if p.suffix in (".yaml", ".json"))
 ARGS_PREFIX = "# dralet-validate: "
 ERROR_EXIT = 1
+BAD_INPUT_EXIT = 2
 ERROR_LINE = re.compile(r"\d+:\d+: DRA\d+ error ")
 
 
@@ -126,10 +130,37 @@ def test_warnings_fail_only_with_strict() -> None:
 
 def test_kubernetes_version_selects_the_served_api() -> None:
     manifest = str(MANIFESTS / "valid-v1-k134.yaml")
-    code, output = _run(manifest)
+    code, output = _run("-k", "1.32", manifest)
     assert code == ERROR_EXIT
     assert "DRA003 error apiVersion 'resource.k8s.io/v1' is not served by Kubernetes 1.32" in output
     assert _run("--kubernetes-version", "1.35", manifest)[0] == 0
+
+
+def test_default_target_is_the_newest_supported_release_and_help_says_so() -> None:
+    assert _run(str(MANIFESTS / "valid-v1-k134.yaml"))[0] == 0
+    code, output = _run("--help")
+    assert code == 0
+    assert "[default: 1.35]" in output
+    assert "Exit status: 0 success; 1 findings" in output
+
+
+def test_yaml_output_is_the_json_list_in_yaml() -> None:
+    manifest = str(MANIFESTS / "invalid-count.yaml")
+    code, output = _run("-o", "yaml", manifest)
+    assert code == ERROR_EXIT
+    listed = yaml.safe_load(output)
+    assert listed == json.loads(_run("-o", "json", manifest)[1])
+    assert listed[0]["id"] == "DRA011"
+
+
+def test_an_unreadable_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    binary = tmp_path / "blob.yaml"
+    binary.write_bytes(b"\xff\xfe\x00apiVersion")
+    result = CliRunner().invoke(cli, ["validate", str(binary)])
+    assert result.exit_code == BAD_INPUT_EXIT
+    assert result.output.count("\n") == 1
+    assert result.output.startswith("error: reading the manifests: ")
+    assert "Traceback" not in result.output
 
 
 def test_explain_prints_why_fix_and_examples() -> None:
@@ -148,3 +179,46 @@ def test_explain_refuses_an_unknown_rule() -> None:
 
 def test_no_paths_is_a_usage_error() -> None:
     assert _run()[0] == 2
+
+
+def test_a_clean_file_imports_no_driver_runtime_and_no_position_parser(tmp_path: Path) -> None:
+    """Start-up is most of a pre-commit hook's cost: keep heavy modules out of validate."""
+    manifest = tmp_path / "class.yaml"
+    manifest.write_text(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\n"
+    )
+    script = (
+        "import sys\n"
+        "from dralet.cli.main import cli\n"
+        "try:\n"
+        f"    cli(['validate', {str(manifest)!r}])\n"
+        "except SystemExit as done:\n"
+        "    assert done.code in (0, None), done.code\n"
+        "heavy = {'grpc', 'aiohttp', 'kubernetes', 'ruamel', 'jsonschema', 'prometheus_client'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_pre_commit_hook_runs_dralet_validate() -> None:
+    hooks = yaml.safe_load((Path(__file__).parents[2] / ".pre-commit-hooks.yaml").read_text())
+    (hook,) = hooks
+    assert (hook["id"], hook["entry"], hook["language"]) == (
+        "dralet-validate",
+        "dralet validate",
+        "python",
+    )
+    assert set(hook["types_or"]) == {"yaml", "json"}
+
+
+def test_the_rules_table_in_the_docs_lists_every_rule() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "validate.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    for rule in catalog.RULES.values():
+        assert f"| {rule.id} | {rule.severity.value} | {rule.title} |" in docs
+    for new_rule in ("DRA005", "DRA006", "DRA023", "DRA024", "DRA108"):
+        assert new_rule in readme
+    assert "-k 1.35" in readme

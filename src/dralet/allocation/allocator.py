@@ -14,6 +14,7 @@ a CEL error, a missing class, All over an incomplete pool, too many devices).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,7 +146,7 @@ class _Alternative:
     def admin(self) -> bool:
         return bool(self.sub.admin_access)
 
-    @property
+    @functools.cached_property
     def selector_key(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
         return (
             self.device_class.name,
@@ -179,6 +180,8 @@ class Allocator:
         self._engine = engine
         self.settings = settings or AllocatorSettings()
         self._selectable: dict[tuple[Any, ...], bool] = {}
+        self._compiled_sets: dict[tuple[str, ...], tuple[cel.CompiledSelector, ...]] = {}
+        """Compiled selector lists by their expressions (one lookup per request)."""
 
     def allocate(
         self,
@@ -206,11 +209,37 @@ class Allocator:
             notes=node_pools.notes,
         )
 
+    def claim_limit_problem(self, claim: model.ResourceClaim) -> str | None:
+        """Why a claim asks for more devices than one claim may hold, before any node is
+        tried (ExactCount requests; All is counted per node during the search)."""
+        needed = 0
+        for request in claim.requests:
+            counts = [
+                alt.count
+                for alt in request.alternatives
+                if alt.allocation_mode == model.EXACT_COUNT
+            ]
+            if len(counts) == len(request.alternatives) and counts:
+                needed += min(counts)
+        if needed > self.settings.max_devices_per_claim:
+            return self._limit_message(claim, needed)
+        return None
+
+    def _limit_message(self, claim: model.ResourceClaim, needed: int) -> str:
+        return (
+            f"claim {claim.key}: number of requested devices {needed} exceeds the claim "
+            f"limit of {self.settings.max_devices_per_claim} (AllocationResultsMaxSize)"
+        )
+
     # --- set-up ---------------------------------------------------------------------
 
     def _compile(
         self, expressions: Sequence[str], *, owner: str
     ) -> tuple[cel.CompiledSelector, ...]:
+        key = tuple(expressions)
+        known = self._compiled_sets.get(key)
+        if known is not None:
+            return known
         compiled = []
         for index, expression in enumerate(expressions):
             try:
@@ -219,6 +248,8 @@ class Allocator:
                 raise AllocationError(
                     f"{owner}: selector #{index}: CEL compile error: {error.message}"
                 ) from None
+        if self._engine.caches_compiled:
+            self._compiled_sets[key] = tuple(compiled)
         return tuple(compiled)
 
     def _prepare(
@@ -232,10 +263,7 @@ class Allocator:
             requests.append(alternatives)
         needed = sum(min(a.count for a in alts) for alts in requests if alts)
         if needed > self.settings.max_devices_per_claim:
-            raise AllocationError(
-                f"claim {claim.key}: number of requested devices {needed} exceeds the claim "
-                f"limit of {self.settings.max_devices_per_claim}"
-            )
+            raise AllocationError(self._limit_message(claim, needed))
         constraints = []
         for index, constraint in enumerate(claim.constraints):
             if constraint.match_attribute is None:
@@ -306,7 +334,8 @@ class Allocator:
         view = candidate.device.view
         if view is None:
             return False
-        key = (alternative.selector_key, id(candidate.device))
+        # Devices with the same content share one result: a selector sees nothing else.
+        key = (alternative.selector_key, view.fingerprint)
         if self.settings.cache_selector_results:
             known = self._selectable.get(key)
             if known is not None:
@@ -422,6 +451,9 @@ class _Search:
         self.claims: list[_PreparedClaim] = []
         self.allocating: dict[model.DeviceId, str] = {}
         self.rejections: dict[tuple[str, str, model.DeviceId], Rejection] = {}
+        self.claim_picks: dict[tuple[str, model.DeviceId], str] = {}
+        """(claim, device) -> request: one device serves at most one request of a claim,
+        admin access or not."""
         self.steps = 0
 
     def selectable(
@@ -453,7 +485,12 @@ class _Search:
                 reason=reason,
             )
 
-    def _in_use(self, alternative: _Alternative, candidate: pools.Candidate) -> str | None:
+    def _in_use(
+        self, claim: model.ResourceClaim, alternative: _Alternative, candidate: pools.Candidate
+    ) -> str | None:
+        picked_by = self.claim_picks.get((claim.key, candidate.device_id))
+        if picked_by is not None:
+            return f"in use: already picked for request {picked_by} of this claim"
         if alternative.admin:
             return None
         holder = self.allocated.get(candidate.device_id)
@@ -511,6 +548,7 @@ class _Search:
             self.allocating[candidate.device_id] = (
                 f"claim {prepared.claim.key}, request {alternative.sub.name}"
             )
+        self.claim_picks[(prepared.claim.key, candidate.device_id)] = alternative.sub.name
         result = model.DeviceRequestAllocationResult(
             request=alternative.sub.name,
             driver=candidate.device_id.driver,
@@ -530,6 +568,7 @@ class _Search:
         prepared.picked.pop()
         if not alternative.admin:
             del self.allocating[candidate.device_id]
+        del self.claim_picks[(prepared.claim.key, candidate.device_id)]
         for constraint in added:
             constraint.remove()
         self._reject(prepared.claim, alternative, candidate, BACKTRACKED)
@@ -550,7 +589,7 @@ class _Search:
         if alternative.all_devices is not None:
             candidate = alternative.all_devices[slot]
             self._step()
-            busy = self._in_use(alternative, candidate)
+            busy = self._in_use(claim, alternative, candidate)
             if busy is not None:
                 self._reject(claim, alternative, candidate, f"{busy} (All needs every device)")
                 return False
@@ -567,7 +606,7 @@ class _Search:
             return False
         for candidate in self.candidates[start:]:
             self._step()
-            busy = self._in_use(alternative, candidate)
+            busy = self._in_use(claim, alternative, candidate)
             if busy is not None:
                 self._reject(claim, alternative, candidate, busy)
                 continue

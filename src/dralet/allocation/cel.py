@@ -15,8 +15,9 @@ allocator. Used by the allocator, ``dralet simulate`` and ``dralet validate``.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cache
@@ -78,6 +79,9 @@ class DeviceView:
     """domain -> capacity name -> Quantity message."""
     conversion_error: str | None = None
     """Why an attribute or capacity could not be turned into a CEL value, if one could not."""
+    fingerprint: Hashable = None
+    """Equal for devices a selector cannot tell apart (same driver, attributes and
+    capacity), so one selector result serves them all."""
     _activation: list[cel.Activation] = field(default_factory=list, repr=False)
 
     def activation(self) -> cel.Activation:
@@ -130,6 +134,10 @@ def device_view(
     domain belong to the driver's domain. A value that cannot be converted does not
     raise here: every evaluation against the device fails with its reason instead.
     """
+    fingerprint = (driver, _frozen(attributes), _frozen(capacity))
+    known = _VIEWS.get(fingerprint)
+    if known is not None:
+        return known
     by_domain: dict[str, dict[str, Any]] = {driver: {}}
     capacity_by_domain: dict[str, dict[str, Any]] = {driver: {}}
     problem: str | None = None
@@ -145,9 +153,28 @@ def device_view(
             capacity_by_domain.setdefault(domain, {})[identifier] = _capacity_value(name, value)
         except ValueError as error:
             problem = problem or str(error)
-    return DeviceView(
-        driver=driver, attributes=by_domain, capacity=capacity_by_domain, conversion_error=problem
+    view = DeviceView(
+        driver=driver,
+        attributes=by_domain,
+        capacity=capacity_by_domain,
+        conversion_error=problem,
+        fingerprint=fingerprint,
     )
+    if len(_VIEWS) >= _VIEWS_KEPT:
+        _VIEWS.clear()
+    _VIEWS[fingerprint] = view
+    return view
+
+
+_VIEWS: dict[Hashable, DeviceView] = {}
+"""Views by content: identical devices (a node's eight GPUs of one model) share one view,
+converted once for the CEL runtime."""
+_VIEWS_KEPT = 16_384
+
+
+def _frozen(value: Mapping[str, Any]) -> str:
+    """A canonical text of API JSON (keys sorted): equal for equal content."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 # --- Kubernetes quantity and semver libraries ------------------------------------------
@@ -367,9 +394,71 @@ def _regex_decls() -> list[cel.FunctionDecl]:
     ]
 
 
+_DEVICE_TYPE_NAME = "kubernetes.DRADevice"
+"""The declared type of ``device``, named as upstream names it
+(kubernetes/dynamic-resource-allocation cel/compile.go): ``driver`` a string,
+``attributes`` map(string, map(string, dyn)), ``capacity`` map(string, map(string, ...)).
+The same declaration holds from 1.31 on, so for every release dralet targets."""
+_PROTO_STRING, _PROTO_BOOL, _PROTO_MESSAGE = 9, 8, 11
+_PROTO_OPTIONAL, _PROTO_REPEATED = 1, 3
+
+
+def _declare_device_type() -> None:
+    """Register ``kubernetes.DRADevice`` as a message type, so that the type checker knows
+    its fields: ``device.attributes[true]`` and ``device.driver == 1`` do not compile.
+    Maps of maps are ``map<string, google.protobuf.Struct>``, which CEL reads as
+    map(string, map(string, dyn))."""
+    from google.protobuf import descriptor_pb2, struct_pb2  # noqa: F401 - registers Struct
+
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindMessageTypeByName(_DEVICE_TYPE_NAME)
+        return
+    except KeyError:
+        pass
+    package, _, name = _DEVICE_TYPE_NAME.rpartition(".")
+    file = descriptor_pb2.FileDescriptorProto(
+        name="dralet/dra_device_declaration.proto", package=package, syntax="proto3"
+    )
+    file.dependency.append("google/protobuf/struct.proto")
+    message = file.message_type.add(name=name)
+    message.field.add(name="driver", number=1, type=_PROTO_STRING, label=_PROTO_OPTIONAL)
+    for number, field_name in ((2, "attributes"), (3, "capacity")):
+        entry = message.nested_type.add(name=f"{field_name.capitalize()}Entry")
+        entry.options.map_entry = True
+        entry.field.add(name="key", number=1, type=_PROTO_STRING, label=_PROTO_OPTIONAL)
+        entry.field.add(
+            name="value",
+            number=2,
+            type=_PROTO_MESSAGE,
+            label=_PROTO_OPTIONAL,
+            type_name=".google.protobuf.Struct",
+        )
+        message.field.add(
+            name=field_name,
+            number=number,
+            type=_PROTO_MESSAGE,
+            label=_PROTO_REPEATED,
+            type_name=f".{_DEVICE_TYPE_NAME}.{entry.name}",
+        )
+    pool.Add(file)
+
+
+@cache
+def _checking_environment() -> cel.Env:
+    """The environment selectors are type-checked in: ``device`` has its declared type.
+    Evaluation uses ``_environment`` (``device`` as dyn), which takes plain dicts."""
+    _declare_device_type()
+    return _new_environment(cel.Type(_DEVICE_TYPE_NAME))
+
+
 @cache
 def _environment() -> cel.Env:
-    """The one CEL environment every selector is compiled in (built on first use)."""
+    """The one CEL environment every selector is evaluated in (built on first use)."""
+    return _new_environment(cel.Type.DYN)
+
+
+def _new_environment(device_type: cel.Type) -> cel.Env:
     functions = [
         *_comparison_decls(),
         *_quantity_decls(),
@@ -380,7 +469,7 @@ def _environment() -> cel.Env:
     ]
     return cel.NewEnv(
         descriptor_pool.Default(),
-        variables={"device": cel.Type.DYN},
+        variables={"device": device_type},
         functions=functions,
         extensions=[
             ext_strings.ExtStrings(STRINGS_EXTENSION_VERSION),
@@ -455,6 +544,11 @@ class CelEngine:
         self._cache: dict[str, CompiledSelector] = {}
         self._cache_compiled = cache_compiled
 
+    @property
+    def caches_compiled(self) -> bool:
+        """Whether each expression string is compiled only once."""
+        return self._cache_compiled
+
     def compile(self, expression: str) -> CompiledSelector:
         """The compiled selector; raises ``CelCompileError`` if it is not a valid selector."""
         cached = self._cache.get(expression)
@@ -470,23 +564,21 @@ class CelEngine:
             raise CelCompileError(
                 f"expression is too long ({len(expression)} > {MAX_EXPRESSION_LENGTH} characters)"
             )
-        environment = _environment()
         try:
-            checked = environment.compile(expression)
+            checked = _checking_environment().compile(expression)
         except RuntimeError as error:
             raise _compile_error(expression, error) from None
+        environment = _environment()
         result_type = checked.return_type()
         if not any(result_type == accepted for accepted in _ACCEPTED_RESULT_TYPES):
             raise CelCompileError(
                 f"must evaluate to bool or the unknown type, not {result_type.name()}"
             )
         rewritten = cel_syntax.default_missing_domains(expression)
-        program = checked
-        if rewritten != expression:
-            try:
-                program = environment.compile(rewritten)
-            except RuntimeError:
-                program = checked
+        try:
+            program = environment.compile(rewritten)
+        except RuntimeError:
+            program = environment.compile(expression)
         return CompiledSelector(expression, program=program, engine=self)
 
     def compile_all(self, expressions: Iterable[str]) -> list[CompiledSelector]:

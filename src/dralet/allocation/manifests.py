@@ -46,6 +46,10 @@ class Inputs:
     classes: tuple[model.DeviceClass, ...] = ()
     claims: tuple[model.ResourceClaim, ...] = ()
     nodes: tuple[model.Node, ...] = ()
+    pods: tuple[model.Pod, ...] = ()
+    """Pods, and one per replica of a workload's pod template, that use claims."""
+    templates: frozenset[str] = frozenset()
+    """Keys (``namespace/name``) of the entries of ``claims`` that are templates."""
     ignored: tuple[str, ...] = ()
     """``Kind/name`` of objects that play no part in allocation (Pods, ConfigMaps, ...)."""
 
@@ -71,6 +75,8 @@ def _version(obj: Mapping[str, Any]) -> str:
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
     if value is None:
         return {}
+    if type(value) is dict:  # the common case, without the slower abstract-class check
+        return value
     if not isinstance(value, Mapping):
         raise ManifestError(f"{path}: must be an object")
     return cast("Mapping[str, Any]", value)
@@ -378,6 +384,66 @@ _DECODERS = {
 }
 
 
+_POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": ("spec",),
+    "Deployment": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+_REPLICAS_FIELD = {
+    "Deployment": "replicas",
+    "StatefulSet": "replicas",
+    "ReplicaSet": "replicas",
+    "Job": "parallelism",
+}
+"""Where a workload says how many pods run at once; one pod for the others (a DaemonSet
+runs one per node: simulated as one pod)."""
+
+
+def decode_pods(obj: Mapping[str, Any]) -> tuple[model.Pod, ...]:
+    """The pods of a Pod or workload, with the claims their ``resourceClaims`` name."""
+    kind = str(obj.get("kind"))
+    name = _name(obj)
+    namespace = str(_mapping(obj.get("metadata"), "metadata").get("namespace") or "default")
+    where = f"{kind} {namespace}/{name}"
+    spec: Any = obj
+    for step in _POD_SPEC_PATHS[kind]:
+        spec = _mapping(spec.get(step) if isinstance(spec, Mapping) else None, where)
+    refs = []
+    for i, raw in enumerate(_list(spec.get("resourceClaims"), f"{where}: resourceClaims")):
+        entry = _mapping(raw, f"{where}: resourceClaims[{i}]")
+        claim = entry.get("resourceClaimName")
+        template = entry.get("resourceClaimTemplateName")
+        if (claim is None) == (template is None):
+            raise ManifestError(
+                f"{where}: resourceClaims[{i}]: exactly one of resourceClaimName or "
+                "resourceClaimTemplateName is required"
+            )
+        refs.append(
+            model.PodClaimRef(
+                name=str(entry.get("name", "")),
+                claim_name=None if claim is None else str(claim),
+                template_name=None if template is None else str(template),
+            )
+        )
+    if not refs:
+        return ()
+    if kind == "Pod":
+        return (model.Pod(namespace=namespace, name=name, claims=tuple(refs)),)
+    field = _REPLICAS_FIELD.get(kind)
+    count = _mapping(obj.get("spec"), where).get(field, 1) if field else 1
+    replicas = count if isinstance(count, int) and not isinstance(count, bool) else 1
+    return tuple(
+        model.Pod(
+            namespace=namespace, name=f"{name}-{index}", claims=tuple(refs), source=f"{kind}/{name}"
+        )
+        for index in range(replicas)
+    )
+
+
 def _flatten(objects: Iterable[Any]) -> Iterable[Mapping[str, Any]]:
     for obj in objects:
         if obj is None:
@@ -394,8 +460,16 @@ def decode_objects(objects: Iterable[Any]) -> Inputs:
     """Sort a stream of manifests (``List`` kinds unpacked) into allocator inputs."""
     found: dict[str, list[Any]] = {"slices": [], "classes": [], "claims": [], "nodes": []}
     ignored: list[str] = []
+    pods: list[model.Pod] = []
+    templates: set[str] = set()
     for obj in _flatten(objects):
         kind = str(obj.get("kind", ""))
+        if kind in _POD_SPEC_PATHS:
+            decoded = decode_pods(obj)
+            if not decoded:
+                ignored.append(_where(obj))
+            pods.extend(decoded)
+            continue
         bucket = _DECODERS.get(kind)
         if bucket is None:
             ignored.append(_where(obj))
@@ -405,7 +479,10 @@ def decode_objects(objects: Iterable[Any]) -> Inputs:
         elif bucket == "classes":
             found[bucket].append(decode_class(obj))
         elif bucket == "claims":
-            found[bucket].append(decode_claim(obj))
+            claim = decode_claim(obj)
+            found[bucket].append(claim)
+            if kind == "ResourceClaimTemplate":
+                templates.add(claim.key)
         else:
             found[bucket].append(decode_node(obj))
     return Inputs(
@@ -413,5 +490,7 @@ def decode_objects(objects: Iterable[Any]) -> Inputs:
         classes=tuple(found["classes"]),
         claims=tuple(found["claims"]),
         nodes=tuple(found["nodes"]),
+        pods=tuple(pods),
+        templates=frozenset(templates),
         ignored=tuple(ignored),
     )

@@ -250,3 +250,27 @@ class ResourceClaim:
     def key(self) -> str:
         """``namespace/name``, as the scheduler names the claim in its messages."""
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class PodClaimRef:
+    """One entry of a pod's ``spec.resourceClaims``: a claim by name or a template."""
+
+    name: str
+    claim_name: str | None = None
+    template_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A pod (or one replica of a workload's pod template) and the claims it uses."""
+
+    namespace: str
+    name: str
+    claims: tuple[PodClaimRef, ...]
+    source: str = ""
+    """``Kind/name`` of the workload it comes from, empty for a Pod."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"

@@ -1,23 +1,29 @@
-"""A dry run of scheduling: each claim in turn, on the first node where it fits.
+"""A dry run of scheduling: each pod in turn (then each claim no pod uses), on the first
+node where it fits.
 
-Owns the loop the scheduler's Filter runs for a pod, applied to each unallocated
-ResourceClaim in the order given: nodes are tried in name order (or only the one
-asked for), the first node where the claim fits wins, and its devices count as in
-use for the claims after it. Claims that already have ``status.allocation`` hold
-their devices from the start.
+Owns the loop the scheduler's Filter runs for a pod: all the pod's unallocated claims
+are allocated together on one node, the allocator backtracking across them (a first
+claim's pick must not make the second unschedulable when another pick fits both);
+nodes are tried in name order (or only the one asked for), the first node where
+everything fits wins, and its devices count as in use for the pods after it. A claim
+allocated for an earlier pod (or with ``status.allocation``) binds the later pods that
+share it to a node it can be reached from. A claim from a template is generated per
+pod, named ``<pod>-<pod claim name>``. Claims no pod uses are allocated one by one
+afterwards, in input order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from dralet.allocation import allocator, cel, manifests, model, pools
+from dralet.allocation import allocator, cel, manifests, model, nodes, pools
 
 __all__ = [
     "ANY_NODE",
     "ClaimOutcome",
+    "PodOutcome",
     "SimulationReport",
     "SimulationSettings",
     "allocated_devices",
@@ -55,17 +61,36 @@ class ClaimOutcome:
     """With explain: the chosen node's outcome, or the first nodes tried when none fit."""
 
 
+PodStatus = Literal["scheduled", "unschedulable", "error"]
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    """What happened to one pod: the node its claims were allocated on, or why none."""
+
+    pod: model.Pod
+    status: PodStatus
+    node: str | None = None
+    claims: tuple[str, ...] = ()
+    """Keys of the claims the pod uses (generated names for templates)."""
+    error: str | None = None
+    nodes_tried: int = 0
+
+
 @dataclass(frozen=True)
 class SimulationReport:
-    """Every claim's outcome, in input order."""
+    """Every pod's and claim's outcome, in input order."""
 
     outcomes: tuple[ClaimOutcome, ...]
     search_order: str = pools.SEARCH_ORDER
     ignored: tuple[str, ...] = ()
+    pods: tuple[PodOutcome, ...] = ()
 
     @property
     def all_allocated(self) -> bool:
-        return all(o.status in ("allocated", "already-allocated") for o in self.outcomes)
+        return all(o.status in ("allocated", "already-allocated") for o in self.outcomes) and all(
+            p.status == "scheduled" for p in self.pods
+        )
 
 
 def allocated_devices(claims: Iterable[model.ResourceClaim]) -> dict[model.DeviceId, str]:
@@ -120,7 +145,13 @@ class _Run:
         self.allocated = allocated_devices(inputs.claims)
         self.explain = explain
         self.settings = settings
+        self.done: dict[str, model.ResourceClaim] = {}
+        """Claims allocated in this run, by key."""
+        self.claim_nodes: dict[str, str] = {}
+        """The node each claim allocated in this run was allocated for."""
         self._free: dict[str, int] = {}
+        self._first_open = 0
+        """Index of the first node that may still have a free device."""
         """Per node visited so far: how many of the devices it sees are not in use."""
         self._seen_by: dict[model.DeviceId, list[str]] = {}
 
@@ -142,16 +173,113 @@ class _Run:
         for name in self._seen_by.get(device_id, ()):
             self._free[name] -= 1
 
+    def pod(
+        self, pod: model.Pod, claims: dict[str, model.ResourceClaim], templates: frozenset[str]
+    ) -> tuple[PodOutcome, list[ClaimOutcome]]:
+        """Allocate all of a pod's pending claims together on the first node that fits."""
+        used: list[model.ResourceClaim] = []
+        for ref in pod.claims:
+            if ref.claim_name is not None:
+                key = f"{pod.namespace}/{ref.claim_name}"
+                found = self.done.get(key) or claims.get(key)
+                if found is None or key in templates:
+                    return PodOutcome(
+                        pod, "error", error=f"ResourceClaim {key} is not in the input"
+                    ), []
+                used.append(found)
+            else:
+                key = f"{pod.namespace}/{ref.template_name}"
+                template = claims.get(key)
+                if template is None or key not in templates:
+                    return PodOutcome(
+                        pod, "error", error=f"ResourceClaimTemplate {key} is not in the input"
+                    ), []
+                used.append(replace(template, name=f"{pod.name}-{ref.name}", allocation=None))
+        keys = tuple(c.key for c in used)
+        bound = [c for c in used if c.allocation is not None]
+        pending = [c for c in used if c.allocation is None]
+        for claim in pending:
+            problem = self.allocator.claim_limit_problem(claim)
+            if problem is not None:
+                return PodOutcome(pod, "error", claims=keys, error=problem), [
+                    ClaimOutcome(claim=claim, status="error", error=problem)
+                ]
+        for tried, node in enumerate(self.nodes, start=1):
+            if not all(self._reachable(claim, node) for claim in bound):
+                continue
+            node_pools = self.inventory.for_node(node)
+            try:
+                outcome = self.allocator.allocate(
+                    pending, node_pools=node_pools, allocated=self.allocated
+                )
+            except allocator.AllocationError as error:
+                return PodOutcome(
+                    pod, "error", node=node.name, claims=keys, error=str(error), nodes_tried=tried
+                ), []
+            if outcome.allocations is None:
+                continue
+            results = []
+            for claim, allocation in zip(pending, outcome.allocations, strict=True):
+                for result in allocation.results:
+                    if not result.admin_access:
+                        self._hold(result.device_id, claim)
+                done = replace(claim, allocation=allocation)
+                self.done[claim.key] = done
+                self.claim_nodes[claim.key] = node.name
+                results.append(
+                    ClaimOutcome(
+                        claim=done,
+                        status="allocated",
+                        node=node.name,
+                        allocation=allocation,
+                        nodes_tried=tried,
+                    )
+                )
+            return PodOutcome(
+                pod, "scheduled", node=node.name, claims=keys, nodes_tried=tried
+            ), results
+        return PodOutcome(
+            pod,
+            "unschedulable",
+            claims=keys,
+            error="cannot allocate all claims of the pod on any one node",
+            nodes_tried=len(self.nodes),
+        ), [
+            ClaimOutcome(
+                claim=claim,
+                status="unschedulable",
+                error=f"pod {pod.key} did not fit",
+                nodes_tried=len(self.nodes),
+            )
+            for claim in pending
+        ]
+
+    def _reachable(self, claim: model.ResourceClaim, node: model.Node) -> bool:
+        """Whether a pod on ``node`` can use a claim allocated before it."""
+        allocated_on = self.claim_nodes.get(claim.key)
+        if allocated_on is not None:
+            return allocated_on in (node.name, ANY_NODE)
+        selector = claim.allocation.node_selector if claim.allocation else None
+        return selector is None or nodes.node_selector_matches(selector, node)
+
     def claim(self, claim: model.ResourceClaim) -> ClaimOutcome:
+        problem = None if claim.allocation else self.allocator.claim_limit_problem(claim)
+        if problem is not None:
+            return ClaimOutcome(claim=claim, status="error", error=problem)
         if claim.allocation is not None:
             return ClaimOutcome(
                 claim=claim, status="already-allocated", allocation=claim.allocation
             )
         explained: list[allocator.NodeAllocation] = []
         quick = _needs_a_free_device(claim)
-        for tried, node in enumerate(self.nodes, start=1):
+        # Nodes only fill up during a run: a claim that needs a free device can start at
+        # the first node that still had one (unless it must explain every node it skips).
+        first = self._first_open if quick and not self.explain else 0
+        for tried, node in enumerate(self.nodes[first:], start=first + 1):
             node_pools = self.inventory.for_node(node)
             if quick and self._free_devices(node_pools) == 0:
+                if tried - 1 == self._first_open:
+                    self._first_open += 1
                 if self.explain and len(explained) < self.settings.max_explained_nodes:
                     explained.append(
                         allocator.NodeAllocation(
@@ -212,6 +340,19 @@ def simulate(
         engine=engine or cel.CelEngine(),
         settings=settings or SimulationSettings(),
     )
+    by_key = {claim.key: claim for claim in inputs.claims}
+    pod_outcomes: list[PodOutcome] = []
+    outcomes: list[ClaimOutcome] = []
+    for pod in inputs.pods:
+        pod_outcome, claim_outcomes = run.pod(pod, by_key, inputs.templates)
+        pod_outcomes.append(pod_outcome)
+        outcomes.extend(claim_outcomes)
+    used = {
+        f"{pod.namespace}/{ref.claim_name or ref.template_name}"
+        for pod in inputs.pods
+        for ref in pod.claims
+    }
+    outcomes.extend(run.claim(claim) for claim in inputs.claims if claim.key not in used)
     return SimulationReport(
-        outcomes=tuple(run.claim(claim) for claim in inputs.claims), ignored=inputs.ignored
+        outcomes=tuple(outcomes), ignored=inputs.ignored, pods=tuple(pod_outcomes)
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
@@ -43,7 +44,15 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli()
+    """Run the command line; an unexpected error is one line and exit status 2 unless
+    ``--debug`` asks for the traceback."""
+    try:
+        cli()
+    except Exception as error:  # the last resort of the command line
+        if "--debug" in sys.argv[1:]:
+            raise
+        click.echo(f"error: {error} (run with --debug for the traceback)", err=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

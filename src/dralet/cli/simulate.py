@@ -1,15 +1,15 @@
 """``dralet simulate``: the scheduler's structured allocation as a dry run.
 
-Reads ResourceSlices, DeviceClasses, ResourceClaims (or templates) and optionally Nodes
-from files, directories or a live cluster, allocates each unallocated claim on the
-first node where it fits, and prints the result in the shape of ``status.allocation``;
-``--explain`` adds, per request, the devices that were not chosen and why. Exit codes:
-0 every claim allocated, 1 some could not be, 2 bad input.
+Reads ResourceSlices, DeviceClasses, ResourceClaims (or templates), Pods and workloads
+that use them, and optionally Nodes from files, directories or a live cluster; allocates
+each pod's claims together on the first node where they all fit (then each claim no pod
+uses), and prints the result in the shape of ``status.allocation``; ``--explain`` adds,
+per request, the devices that were not chosen and why. Exit codes: 0 every pod and
+claim allocated, 1 some could not be, 2 bad input.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import textwrap
 from collections.abc import Iterable, Iterator
@@ -20,26 +20,23 @@ import click
 import yaml
 
 from dralet.allocation import allocator, manifests, model, simulation
+from dralet.cli import exits
+from dralet.validation.targets import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
 
 __all__ = ["command"]
 
-EXIT_ALLOCATED = 0
-EXIT_NOT_ALLOCATED = 1
-EXIT_BAD_INPUT = 2
+EXIT_ALLOCATED = exits.OK
+EXIT_NOT_ALLOCATED = exits.FINDINGS
+EXIT_BAD_INPUT = exits.BAD_INPUT
 TABLE_WIDTH = 96
 """Widest line of the table output (fits a 100-column terminal)."""
 INDENT = "  "
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
 FIRST_VERSION_ALL_NEEDS_A_DEVICE = (1, 33)
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class BadInput(click.ClickException):
-    exit_code = EXIT_BAD_INPUT
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+BadInput = exits.BadInput
 
 
 def _files(path: Path) -> Iterator[Path]:
@@ -68,6 +65,8 @@ def _documents(paths: Iterable[str]) -> list[Any]:
 
 def _read_cluster(kubeconfig: str) -> list[Any]:
     """Slices, classes and claims of a live cluster (Nodes are not read)."""
+    import asyncio
+
     from dralet import kube  # imported here: the API client takes a second to load
 
     async def read() -> list[Any]:
@@ -124,10 +123,27 @@ def _outcome(outcome: simulation.ClaimOutcome, *, explain: bool) -> dict[str, An
     return out
 
 
+def _pod(outcome: simulation.PodOutcome) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "namespace": outcome.pod.namespace,
+        "name": outcome.pod.name,
+        "status": outcome.status,
+        "node": outcome.node,
+        "claims": list(outcome.claims),
+        "nodesTried": outcome.nodes_tried,
+    }
+    if outcome.pod.source:
+        out["from"] = outcome.pod.source
+    if outcome.error is not None:
+        out["error"] = outcome.error
+    return out
+
+
 def _document(report: simulation.SimulationReport, *, explain: bool) -> dict[str, Any]:
     return {
         "searchOrder": report.search_order,
         "allAllocated": report.all_allocated,
+        "pods": [_pod(p) for p in report.pods],
         "claims": [_outcome(o, explain=explain) for o in report.outcomes],
         "ignored": list(report.ignored),
     }
@@ -151,6 +167,16 @@ def _selector_text(selector: model.NodeSelector) -> str:
 
 def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
     lines: list[str] = []
+    for pod in report.pods:
+        where = f"on node {pod.node or '-'}" if pod.node is not None else ""
+        if pod.status == "unschedulable":
+            where = f"({pod.nodes_tried} nodes tried, none fits all its claims)"
+        source = f" [{pod.pod.source}]" if pod.pod.source else ""
+        lines.append(f"pod {pod.pod.key}{source}: {pod.status} {where}".rstrip())
+        if pod.claims:
+            lines.extend(_wrapped(f"claims: {', '.join(pod.claims)}", indent=INDENT))
+        if pod.error is not None and pod.status != "unschedulable":
+            lines.extend(_wrapped(f"error: {pod.error}", indent=INDENT))
     for outcome in report.outcomes:
         if outcome.status == "unschedulable":
             where = f"({outcome.nodes_tried} nodes tried, none fits)"
@@ -196,7 +222,7 @@ def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-@click.command(name="simulate")
+@click.command(name="simulate", epilog=exits.EPILOG)
 @click.argument("paths", nargs=-1, type=click.Path(exists=True))
 @click.option("--slices", multiple=True, type=click.Path(exists=True), help="ResourceSlices.")
 @click.option("--classes", multiple=True, type=click.Path(exists=True), help="DeviceClasses.")
@@ -207,22 +233,25 @@ def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
     help="ResourceClaims or ResourceClaimTemplates (and Nodes, for nodeSelector slices).",
 )
 @click.option("--kubeconfig", type=click.Path(exists=True), help="Also read a live cluster.")
-@click.option("--node", help="Allocate on this node only.")
+@click.option("--node-name", "--node", "node", help="Allocate on this node only.")
 @click.option("--explain", is_flag=True, help="Say why each device was not chosen.")
 @click.option(
     "-o",
     "--output",
-    type=click.Choice(["table", "yaml", "json"]),
+    type=click.Choice(exits.OUTPUT_FORMATS),
     default="table",
     show_default=True,
 )
 @click.option(
     "--kubernetes-version",
-    type=click.Choice(KUBERNETES_VERSIONS),
-    default=KUBERNETES_VERSIONS[0],
+    "-k",
+    type=click.Choice(SUPPORTED_KUBERNETES_VERSIONS),
+    default=DEFAULT_KUBERNETES_VERSION,
     show_default=True,
-    help="Scheduler behaviour to mimic (1.33+: an All request must match a device).",
+    help="Scheduler behaviour to mimic (default: the newest supported; 1.33+: an All "
+    "request must match a device).",
 )
+@click.option("--debug", is_flag=True, help="Show a traceback for an unexpected error.")
 @click.option(
     "--admin-access/--no-admin-access",
     default=True,
@@ -240,13 +269,16 @@ def command(
     output: str,
     kubernetes_version: str,
     admin_access: bool,
+    debug: bool,
 ) -> None:
-    """Dry-run the scheduler's structured allocation for ResourceClaims.
+    """Dry-run the scheduler's structured allocation for Pods and ResourceClaims.
 
     PATHS, --slices, --classes and --claims are files or directories of YAML/JSON
     manifests (multi-document files and List kinds are fine; objects are sorted by
-    kind). Pools and slices are searched in name order, so the result is repeatable;
-    a 1.32 scheduler may pick other, equivalent devices.
+    kind). Each Pod (or replica of a Deployment, StatefulSet, Job, ...) gets all its
+    claims allocated together on one node; claims from templates are generated per pod.
+    Pools and slices are searched in name order, so the result is repeatable; the
+    scheduler may pick other, equivalent devices.
     """
     documents = _documents([*paths, *slices, *classes, *claims])
     if kubeconfig is not None:
@@ -255,8 +287,8 @@ def command(
         inputs = manifests.decode_objects(documents)
     except manifests.ManifestError as error:
         raise BadInput(str(error)) from None
-    if not inputs.claims:
-        raise BadInput("no ResourceClaim or ResourceClaimTemplate in the input")
+    if not inputs.claims and not inputs.pods:
+        raise BadInput("no ResourceClaim, ResourceClaimTemplate or Pod using claims in the input")
     report = simulation.simulate(
         inputs,
         node_name=node,

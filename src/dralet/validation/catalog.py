@@ -109,6 +109,27 @@ _ALL: tuple[Rule, ...] = (
         _REQUEST_V1BETA1.format(extra="        count: 2\n"),
     ),
     Rule(
+        "DRA005",
+        _E,
+        "apiVersion or kind key is mis-cased",
+        "Keys are case-sensitive: kubectl refuses a document with `apiversion:` or `Kind:`, "
+        "so nothing in it is applied.",
+        "Spell the keys `apiVersion` and `kind`.",
+        "apiversion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\n",
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\n",
+    ),
+    Rule(
+        "DRA006",
+        _W,
+        "kind not checked",
+        "dralet checks the DRA kinds, workloads and every kind the target release serves built "
+        "in; a custom resource or an unknown apiVersion/kind is reported and not counted as "
+        "checked, so a typo in `kind` does not pass silently.",
+        "Fix the apiVersion/kind, or keep custom resources out of the checked paths.",
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClas\nmetadata: {name: gpu.example.com}\n",
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\n",
+    ),
+    Rule(
         "DRA010",
         _E,
         "allocationMode is neither ExactCount nor All",
@@ -245,6 +266,29 @@ _ALL: tuple[Rule, ...] = (
         "pool: {name: node-1, generation: 0, resourceSliceCount: 1}\n",
     ),
     Rule(
+        "DRA023",
+        _E,
+        "object metadata is invalid",
+        "The API server requires a name or generateName and checks label keys and values, "
+        "annotation keys and the annotations' total size (256 KiB).",
+        "Give the object a name; use label values of at most 63 letters, digits, '-', '_' or "
+        "'.', and qualified keys (optional DNS-subdomain prefix, '/', name).",
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata:\n"
+        "  labels: {tier: gold plated}\n",
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata:\n"
+        "  name: gpu.example.com\n  labels: {tier: gold-plated}\n",
+    ),
+    Rule(
+        "DRA024",
+        _E,
+        "device taint is invalid",
+        "A device taint needs a label-key `key`, a label-value `value` and an effect the "
+        "release knows (NoSchedule, NoExecute; None from 1.35).",
+        "Use a qualified key, a short value and a supported effect.",
+        "taints:\n- {key: example.com/unhealthy, value: 'power supply', effect: Evict}\n",
+        "taints:\n- {key: example.com/unhealthy, value: power-supply, effect: NoExecute}\n",
+    ),
+    Rule(
         "DRA101",
         _W,
         "legacy extended resource beside or instead of DRA claims",
@@ -332,6 +376,17 @@ _ALL: tuple[Rule, ...] = (
         'expression: device.attributes["gpu.example.com"].numa == 0  # not all devices have numa\n',
         'expression: \'"numa" in device.attributes["gpu.example.com"] && '
         'device.attributes["gpu.example.com"].numa == 0\'\n',
+    ),
+    Rule(
+        "DRA108",
+        _W,
+        "object defined twice",
+        "Two manifests with the same kind, namespace and name: the later one replaces the "
+        "earlier when applied, and only one of them reaches the cluster.",
+        "Rename one of them or delete the copy.",
+        "# a.yaml and b.yaml both hold\nkind: ResourceClaim\nmetadata: {name: gpu}\n",
+        "# a.yaml\nkind: ResourceClaim\nmetadata: {name: gpu}\n"
+        "# b.yaml\nkind: ResourceClaim\nmetadata: {name: gpu-large}\n",
     ),
 )
 

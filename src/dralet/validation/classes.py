@@ -1,11 +1,12 @@
 """The API server's rules for a DeviceClass that the schemas miss: selector limits and
-CEL, config limits and opaque parameters."""
+CEL, config limits, opaque parameters and the extendedResourceName format."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
+from dralet import kubenames
 from dralet.validation import expressions, opaque
 from dralet.validation.diagnostics import Finding
 
@@ -18,3 +19,12 @@ def device_class_findings(data: dict[str, Any]) -> Iterator[Finding]:
         return
     yield from expressions.selector_findings(spec.get("selectors"), path=("spec", "selectors"))
     yield from opaque.config_findings(spec.get("config"), path=("spec", "config"))
+    name = spec.get("extendedResourceName")
+    if isinstance(name, str):
+        problem = kubenames.extended_resource_name_problem(name)
+        if problem is not None:
+            yield Finding(
+                "DRA012",
+                ("spec", "extendedResourceName"),
+                f"extendedResourceName {name!r}: {problem}",
+            )

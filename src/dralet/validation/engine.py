@@ -10,20 +10,26 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from dralet import kubenames
 from dralet.validation import (
     catalog,
     claims,
     classes,
     expressions,
     matching,
+    metadata,
     schemas,
     slices,
     workloads,
 )
 from dralet.validation.diagnostics import Anchor, Diagnostic, Finding, Path
 from dralet.validation.documents import ManifestObject, parse_source, read_sources
-from dralet.validation.targets import DRA_KINDS, WORKLOAD_KINDS, ApiShape, Target
+from dralet.validation.targets import (
+    DRA_KINDS,
+    RESOURCE_GROUP,
+    WORKLOAD_KINDS,
+    ApiShape,
+    Target,
+)
 
 __all__ = ["Report", "validate_paths", "validate_sources"]
 
@@ -78,11 +84,73 @@ def validate_sources(sources: Sequence[Any], *, target: Target) -> Report:
                 )
             )
     run = _Run(target)
+    checked = 0
     for obj in objects:
-        diagnostics.extend(_diagnostic(obj, f) for f in run.object_findings(obj))
+        findings = list(run.object_findings(obj))
+        if not any(f.rule == NOT_CHECKED for f in findings):
+            checked += 1
+        diagnostics.extend(_diagnostic(obj, f) for f in findings)
+    diagnostics.extend(_duplicate_diagnostics(objects))
     diagnostics.extend(run.cross_object_diagnostics())
     unique = sorted(set(diagnostics), key=Diagnostic.sort_key)
-    return Report(tuple(unique), len(sources), len(objects))
+    return Report(tuple(unique), len(sources), checked)
+
+
+NOT_CHECKED = "DRA006"
+DUPLICATE_OBJECT = "DRA108"
+_CLUSTER_SCOPED = frozenset(
+    {
+        "DeviceClass",
+        "ResourceSlice",
+        "DeviceTaintRule",
+        "Namespace",
+        "Node",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "PriorityClass",
+        "RuntimeClass",
+        "StorageClass",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    }
+)
+"""Kinds whose objects have no namespace: two with one name collide in any namespace."""
+
+
+def _identity(obj: ManifestObject) -> tuple[str, str, str, str] | None:
+    if not obj.name:
+        return None  # generateName objects never collide
+    group = obj.api_version.rpartition("/")[0]
+    namespace = "" if obj.kind in _CLUSTER_SCOPED else obj.namespace
+    return (group, obj.kind, namespace, obj.name)
+
+
+def _duplicate_diagnostics(objects: Sequence[ManifestObject]) -> Iterator[Diagnostic]:
+    """The same group/kind/namespace/name twice in one run: the later one would replace
+    the earlier on apply, and cross-object rules could only see one of them."""
+    first: dict[tuple[str, str, str, str], ManifestObject] = {}
+    for obj in objects:
+        identity = _identity(obj)
+        if identity is None:
+            continue
+        earlier = first.setdefault(identity, obj)
+        if earlier is obj:
+            continue
+        where = earlier.locate(("metadata", "name"))
+        namespace = f"{identity[2]}/" if identity[2] else ""
+        place = f"{where.line}:{where.column}"
+        elsewhere = f"line {place}" if earlier.file == obj.file else f"{earlier.file}:{place}"
+        yield _diagnostic(
+            obj,
+            Finding(
+                DUPLICATE_OBJECT,
+                ("metadata", "name"),
+                f"{obj.kind} {namespace}{obj.name} is also defined at {elsewhere}",
+            ),
+        )
 
 
 class _Run:
@@ -99,10 +167,31 @@ class _Run:
         self.claim_annotations: dict[workloads.ClaimKey, Any] = {}
 
     def object_findings(self, obj: ManifestObject) -> Iterator[Finding]:
-        if obj.kind in DRA_KINDS:
+        group = obj.api_version.rpartition("/")[0]
+        if obj.kind in DRA_KINDS and group == RESOURCE_GROUP:
             yield from self._dra_findings(obj)
-        elif obj.kind in WORKLOAD_KINDS:
+        elif obj.kind in WORKLOAD_KINDS and group != RESOURCE_GROUP:
             yield from self._workload_findings(obj)
+        else:
+            yield from self._other_findings(obj)
+
+    def _other_findings(self, obj: ManifestObject) -> Iterator[Finding]:
+        """Any other kind: its schema and metadata if the release has a schema for it
+        (ConfigMaps, RBAC, ...), else a warning that it was not checked."""
+        validator = schemas.validator_for(self.target.kubernetes_version, obj.api_version, obj.kind)
+        if validator is None:
+            yield Finding(
+                NOT_CHECKED,
+                ("kind",),
+                f"{obj.kind} {obj.api_version}: not a kind Kubernetes "
+                f"{self.target.kubernetes_version} serves built in; not checked",
+            )
+            return
+        structural = schemas.schema_findings(validator, obj.data, api_version=obj.api_version)
+        yield from structural
+        yield from _not_repeating(
+            structural, metadata.object_meta_findings(obj.kind, obj.data, name_format=False)
+        )
 
     def _served(self, obj: ManifestObject, message: str) -> Finding:
         return Finding("DRA003", ("apiVersion",), message)
@@ -122,10 +211,7 @@ class _Run:
         yield from _not_repeating(structural, self._dra_semantic_findings(obj, shape))
 
     def _dra_semantic_findings(self, obj: ManifestObject, shape: ApiShape) -> Iterator[Finding]:
-        if obj.name:
-            problem = kubenames.dns_subdomain_problem(obj.name)
-            if problem is not None:
-                yield Finding("DRA012", ("metadata", "name"), f"name {obj.name!r}: {problem}")
+        yield from metadata.object_meta_findings(obj.kind, obj.data)
         spec = obj.data.get("spec")
         key = (obj.namespace, obj.name)
         if obj.kind == "DeviceClass":
@@ -156,10 +242,25 @@ class _Run:
                 f"{self.target.kubernetes_version}; use {expected}",
             )
             return
-        yield from schemas.schema_findings(validator, obj.data, api_version=obj.api_version)
+        structural = schemas.schema_findings(validator, obj.data, api_version=obj.api_version)
+        yield from structural
+        yield from _not_repeating(structural, self._workload_semantic_findings(obj))
         template = workloads.pod_template(obj)
         if template is not None:
             self.templates.append(template)
+
+    def _workload_semantic_findings(self, obj: ManifestObject) -> Iterator[Finding]:
+        yield from metadata.object_meta_findings(obj.kind, obj.data)
+        spec_path = WORKLOAD_KINDS[obj.kind].pod_spec_path
+        if len(spec_path) > 1:
+            template_path = spec_path[:-1]
+            node: Any = obj.data
+            for step in (*template_path, "metadata"):
+                node = node.get(step) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                yield from metadata.labels_and_annotations_findings(
+                    node, path=(*template_path, "metadata")
+                )
 
     def cross_object_diagnostics(self) -> Iterator[Diagnostic]:
         dra_backed = {
@@ -186,7 +287,12 @@ class _Run:
         devices = [
             d for obj, shape in self.slices for d in slices.published_devices(obj.data, shape=shape)
         ]
-        if not devices:
+        any_selector = any(e for _, e in self.classes.values()) or any(
+            view.selectors
+            for _, shape, spec, base in self.requesters
+            for view in claims.request_views(spec, shape=shape, path=base)
+        )
+        if not devices or not any_selector:
             return
         catalog_ = matching.DeviceCatalog(devices)
         for name, (obj, expressions_) in self.classes.items():

@@ -7,19 +7,30 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dralet.allocation import cel
 from dralet.validation import limits
 from dralet.validation.diagnostics import Anchor, Finding, Path
 
-__all__ = ["engine", "selector_expressions", "selector_findings"]
+if TYPE_CHECKING:
+    from dralet.allocation import cel
+
+__all__ = ["cel_module", "engine", "selector_expressions", "selector_findings"]
+
+
+def cel_module() -> Any:
+    """The CEL module, imported on first use: a manifest without selectors never loads
+    the CEL runtime and protobuf."""
+    from dralet.allocation import cel
+
+    return cel
 
 
 @functools.cache
 def engine() -> cel.CelEngine:
     """The one CEL engine of a run; it caches each compiled expression."""
-    return cel.CelEngine()
+    engine_class: type[cel.CelEngine] = cel_module().CelEngine
+    return engine_class()
 
 
 def selector_expressions(selectors: Any) -> list[tuple[int, str]]:
@@ -58,6 +69,7 @@ def selector_findings(selectors: Any, *, path: Path) -> Iterator[Finding]:
         if not isinstance(expression, str):
             continue
         where = (*path, index, "cel", "expression")
+        cel = cel_module()
         if len(expression) > cel.MAX_EXPRESSION_LENGTH:
             yield Finding(
                 "DRA021",

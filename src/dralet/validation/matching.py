@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from dralet.allocation import cel
 from dralet.validation import expressions
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.slices import PublishedDevice
+
+if TYPE_CHECKING:
+    from dralet.allocation import cel
 
 __all__ = ["DeviceCatalog", "Selection", "selection_findings"]
 
@@ -37,8 +40,9 @@ class DeviceCatalog:
     def __init__(self, devices: Sequence[PublishedDevice]) -> None:
         self.devices: list[PublishedDevice] = []
         self._views: list[cel.DeviceView] = []
+        device_view = expressions.cel_module().device_view
         for device in devices:
-            view = cel.device_view(
+            view = device_view(
                 driver=device.driver, attributes=device.attributes, capacity=device.capacity
             )
             if view.conversion_error is None:  # an invalid value is reported as DRA014
@@ -55,7 +59,7 @@ class DeviceCatalog:
 def _compiled(selection: Selection) -> list[cel.CompiledSelector] | None:
     try:
         return [expressions.engine().compile(e) for e, _ in selection.selectors]
-    except cel.CelCompileError:
+    except expressions.cel_module().CelCompileError:
         return None  # reported as DRA020 where the expression is
 
 
@@ -63,6 +67,7 @@ def selection_findings(selection: Selection, catalog: DeviceCatalog) -> Iterator
     compiled = _compiled(selection)
     if compiled is None or not compiled or not len(catalog):
         return
+    runtime_error: type[Exception] = expressions.cel_module().CelRuntimeError
     matched = 0
     failed: dict[int, tuple[PublishedDevice, str]] = {}
     for device, view in catalog.items():
@@ -72,7 +77,7 @@ def selection_findings(selection: Selection, catalog: DeviceCatalog) -> Iterator
                 if not selector.matches(view):
                     selected = False
                     break
-            except cel.CelRuntimeError as error:
+            except runtime_error as error:
                 failed.setdefault(index, (device, str(error)))
                 selected = False
                 break

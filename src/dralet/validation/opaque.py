@@ -1,5 +1,6 @@
 """Opaque device configuration (``config[].opaque``) of classes and claims: a valid
-driver name and parameters that are a non-empty JSON object of at most 10 KiB."""
+driver name and parameters that are a JSON object of at most 10 KiB. ``{}`` is a valid
+raw extension: the API server only requires the bytes to be present and a JSON object."""
 
 from __future__ import annotations
 
@@ -49,9 +50,6 @@ def _opaque_findings(opaque: dict[str, Any], *, path: Path) -> Iterator[Finding]
     where = (*path, "parameters")
     if not isinstance(parameters, dict):
         yield Finding("DRA019", where, "parameters must be a valid JSON object", Anchor.KEY)
-        return
-    if not parameters:
-        yield Finding("DRA019", where, "parameters must not be empty", Anchor.KEY)
         return
     size = len(json.dumps(parameters, separators=(",", ":")).encode())
     if size > limits.OPAQUE_PARAMETERS_MAX_BYTES:

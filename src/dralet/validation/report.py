@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dralet.validation.catalog import Rule
 from dralet.validation.diagnostics import Diagnostic, Severity
 
-__all__ = ["explain", "json_report", "summary", "text_line"]
+__all__ = ["explain", "json_report", "summary", "text_line", "yaml_report"]
 
 
 def text_line(diagnostic: Diagnostic) -> str:
@@ -32,22 +32,30 @@ def summary(diagnostics: Sequence[Diagnostic], *, files: int, objects: int) -> s
     return f"{_plural(errors, 'error')}, {_plural(warnings, 'warning')} ({read})"
 
 
+def _records(diagnostics: Sequence[Diagnostic]) -> list[dict[str, object]]:
+    return [
+        {
+            "file": d.file,
+            "line": d.line,
+            "column": d.column,
+            "id": d.rule,
+            "severity": d.severity.value,
+            "message": d.message,
+            "fix": d.fix,
+        }
+        for d in diagnostics
+    ]
+
+
 def json_report(diagnostics: Sequence[Diagnostic]) -> str:
-    return json.dumps(
-        [
-            {
-                "file": d.file,
-                "line": d.line,
-                "column": d.column,
-                "id": d.rule,
-                "severity": d.severity.value,
-                "message": d.message,
-                "fix": d.fix,
-            }
-            for d in diagnostics
-        ],
-        indent=2,
-    )
+    return json.dumps(_records(diagnostics), indent=2)
+
+
+def yaml_report(diagnostics: Sequence[Diagnostic]) -> str:
+    import yaml
+
+    text: str = yaml.safe_dump(_records(diagnostics), sort_keys=False, width=100)
+    return text
 
 
 def _indented(text: str) -> str:

@@ -1,24 +1,24 @@
 """Structural validation against the Kubernetes OpenAPI schemas bundled with
 kubernetes-validate (its strict variants, which refuse unknown fields).
 
-One ``jsonschema.Draft202012Validator`` per (Kubernetes version, apiVersion, kind) is
-built on first use and reused, with a ``referencing.Registry`` holding the kind's schema
-and the version's shared definitions; every error is reported, not only the first.
+One ``structure.Validator`` per (Kubernetes version, apiVersion, kind) is built on first
+use and reused, resolving references into the version's shared definitions; every error
+is reported, not only the first.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import re
 from collections.abc import Iterator
-from importlib import resources
+from pathlib import Path as FilePath
 from typing import Any
 
-import jsonschema
-from referencing import Registry, Resource
-
+from dralet.validation import structure
 from dralet.validation.diagnostics import Anchor, Finding, Path
+from dralet.validation.structure import SchemaError, Validator
 
 __all__ = ["RULE", "dotted", "schema_findings", "validator_for"]
 
@@ -32,30 +32,48 @@ _OTHER_SHAPE_HINTS = {
     ("v1", "basic"): "devices are flat in v1: move these fields up into the device",
 }
 """Fields of another resource.k8s.io version's shape, with the fix."""
+_ZERO_VALUE_ACCEPTED: frozenset[tuple[str, Path, str]] = frozenset(
+    {
+        ("DeviceClass", (), "spec"),
+        ("ResourceClaim", (), "spec"),
+        ("ResourceClaimTemplate", (), "spec"),
+        ("ResourceClaimTemplate", ("spec",), "spec"),
+        ("ResourceSlice", ("spec", "pool"), "generation"),
+    }
+)
+"""(kind, path, field) the OpenAPI lists as required but the API server decodes to a zero
+value that its validation accepts: an omitted spec is an empty spec, an omitted pool
+generation is 0. The server, not the OpenAPI ``required`` list, decides."""
+
+
+@functools.cache
+def _schema_root() -> FilePath:
+    """The bundled schema folder, found without importing kubernetes-validate (whose
+    package imports a JSON Schema library that would double a small run's time)."""
+    spec = importlib.util.find_spec(_SCHEMA_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LookupError(f"the {_SCHEMA_PACKAGE} package is not installed")
+    return FilePath(next(iter(spec.submodule_search_locations))) / _SCHEMA_FOLDER
 
 
 def _schema_text(kubernetes_version: str, filename: str) -> str | None:
-    folder = (
-        resources.files(_SCHEMA_PACKAGE) / _SCHEMA_FOLDER / f"v{kubernetes_version}.0-local-strict"
-    )
-    path = folder / filename
+    path = _schema_root() / f"v{kubernetes_version}.0-local-strict" / filename
     if not path.is_file():
         return None
     return path.read_text(encoding="utf-8")
 
 
 @functools.cache
-def _definitions(kubernetes_version: str) -> Resource[Any]:
+def _definitions(kubernetes_version: str) -> dict[str, Any]:
     text = _schema_text(kubernetes_version, "_definitions.json")
     if text is None:
         raise LookupError(f"no bundled schemas for Kubernetes {kubernetes_version}")
-    return Resource.from_contents(json.loads(text))
+    definitions: dict[str, Any] = json.loads(text)["$defs"]
+    return definitions
 
 
 @functools.cache
-def validator_for(
-    kubernetes_version: str, api_version: str, kind: str
-) -> jsonschema.Draft202012Validator | None:
+def validator_for(kubernetes_version: str, api_version: str, kind: str) -> Validator | None:
     """The strict validator for one kind, or None if that release has no such schema."""
     stem = _GROUP_SUFFIX.sub(r"\1-", api_version if "/" in api_version else f"/{api_version}")
     text = _schema_text(kubernetes_version, f"{kind.lower()}-{stem.lstrip('-')}.json")
@@ -69,9 +87,7 @@ def validator_for(
         for g in declared
     ):
         return None
-    registry: Registry[Any] = Resource.from_contents(schema) @ Registry()
-    registry = _definitions(kubernetes_version) @ registry
-    return jsonschema.Draft202012Validator(schema, registry=registry)
+    return Validator(schema, definitions=_definitions(kubernetes_version))
 
 
 def dotted(path: Path) -> str:
@@ -83,16 +99,24 @@ def dotted(path: Path) -> str:
 
 
 def schema_findings(
-    validator: jsonschema.Draft202012Validator, data: dict[str, Any], *, api_version: str
+    validator: Validator, data: dict[str, Any], *, api_version: str
 ) -> list[Finding]:
     findings: list[Finding] = []
+    kind = str(data.get("kind", ""))
     for error in validator.iter_errors(data):
+        if error.validator == "required" and _zero_value_accepted(kind, error):
+            continue
         findings.extend(_findings(error, api_version=api_version))
     return findings
 
 
-def _findings(error: jsonschema.ValidationError, *, api_version: str) -> Iterator[Finding]:
-    path: Path = tuple(error.absolute_path)
+def _zero_value_accepted(kind: str, error: SchemaError) -> bool:
+    missing = error.message.split('"')[1] if error.message.count('"') >= 2 else ""
+    return (kind, error.path, missing) in _ZERO_VALUE_ACCEPTED
+
+
+def _findings(error: SchemaError, *, api_version: str) -> Iterator[Finding]:
+    path: Path = error.path
     version = api_version.rpartition("/")[2]
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
@@ -106,12 +130,12 @@ def _findings(error: jsonschema.ValidationError, *, api_version: str) -> Iterato
             )
         return
     if error.validator == "required":
-        missing = error.message.split("'")[1] if error.message.count("'") >= 2 else ""
+        missing = error.message.split('"')[1] if error.message.count('"') >= 2 else ""
         where = (*path, missing) if missing else path
         yield Finding(RULE, where, f"{dotted(path)}: {error.message}", Anchor.KEY)
         return
     if error.validator == "oneOf":
-        message = f"{error.instance!r} must be a string or a number"
+        message = f"{structure.shown(error.instance)} must be a string or a number"
     else:
         message = error.message
     yield Finding(RULE, path, f"{dotted(path)}: {message}")

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dralet import kubenames
-from dralet.cdi import names as cdi_names
-from dralet.validation import formats, limits
+from dralet.validation import formats, limits, nodeselectors
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.targets import ApiShape
 
@@ -103,7 +102,16 @@ def slice_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[Finding
     chosen = _node_choice(spec, fields)
     if len(chosen) != 1:
         yield Finding("DRA015", ("spec",), _node_selection_message(fields, chosen), Anchor.KEY)
-    yield from _node_fields_findings(spec, path=("spec",))
+    yield from _node_fields_findings(spec, path=("spec",), pointers=shape.version == "v1")
+    yield from _counter_set_findings(spec.get("sharedCounters"))
+    if shape.counters_in_own_slices and spec.get("sharedCounters") and spec.get("devices"):
+        yield Finding(
+            "DRA018",
+            ("spec", "sharedCounters"),
+            "only one of `sharedCounters` or `devices` is allowed: counter sets go in a "
+            "slice of their own in the same pool",
+            Anchor.KEY,
+        )
     per_device = "perDeviceNodeSelection" in chosen
     devices = spec.get("devices")
     if not isinstance(devices, list):
@@ -128,6 +136,8 @@ def slice_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[Finding
 
 
 def _cdi_vendor_findings(driver: str) -> Iterator[Finding]:
+    from dralet.cdi import names as cdi_names
+
     try:
         cdi_names.validate_vendor(driver)
     except cdi_names.CDINameError as error:
@@ -160,7 +170,25 @@ def _pool_findings(pool: dict[str, Any]) -> Iterator[Finding]:
         )
 
 
-def _node_fields_findings(holder: dict[str, Any], *, path: Path) -> Iterator[Finding]:
+def _unset_or_meaningful_findings(holder: dict[str, Any], *, path: Path) -> Iterator[Finding]:
+    """Where the node fields are pointers (a v1 slice, and every device), ``nodeName: ""``
+    and ``allNodes: false`` are set but mean nothing; the API server refuses them."""
+    if holder.get("nodeName") == "":
+        yield Finding(
+            "DRA015",
+            (*path, "nodeName"),
+            "nodeName: must be either unset or set to a non-empty string",
+        )
+    for flag in ("allNodes", "perDeviceNodeSelection"):
+        if holder.get(flag) is False:
+            yield Finding("DRA015", (*path, flag), f"{flag}: must be either unset or set to true")
+
+
+def _node_fields_findings(
+    holder: dict[str, Any], *, path: Path, pointers: bool = True
+) -> Iterator[Finding]:
+    if pointers:
+        yield from _unset_or_meaningful_findings(holder, path=path)
     node_name = holder.get("nodeName")
     if isinstance(node_name, str) and node_name:
         problem = kubenames.dns_subdomain_problem(node_name)
@@ -176,6 +204,12 @@ def _node_fields_findings(holder: dict[str, Any], *, path: Path) -> Iterator[Fin
                 "nodeSelector: must have exactly one node selector term",
                 Anchor.KEY,
             )
+        if isinstance(terms, list):
+            for index, term in enumerate(terms):
+                if isinstance(term, dict):
+                    yield from nodeselectors.term_findings(
+                        term, path=(*path, "nodeSelector", "nodeSelectorTerms", index)
+                    )
 
 
 def _device_findings(
@@ -189,6 +223,8 @@ def _device_findings(
         if name in seen:
             yield Finding("DRA016", (*path, "name"), f"duplicate device name {name!r}")
         seen.add(name)
+        from dralet.cdi import names as cdi_names
+
         try:
             cdi_names.validate_device_name(name)
         except cdi_names.CDINameError as error:
@@ -216,7 +252,12 @@ def _device_findings(
                     Anchor.KEY,
                 )
         yield from _node_fields_findings(fields, path=where)
+    yield from _consumes_counters_findings(fields.get("consumesCounters"), path=where)
     taints = fields.get("taints")
+    if isinstance(taints, list):
+        for index, taint in enumerate(taints):
+            if isinstance(taint, dict):
+                yield from _taint_findings(taint, shape=shape, path=(*where, "taints", index))
     if isinstance(taints, list) and len(taints) > shape.taints_max:
         yield Finding(
             "DRA013",
@@ -286,3 +327,76 @@ def _attribute_value_findings(name: str, value: dict[str, Any], path: Path) -> I
             problem = formats.semver_problem(text)
             if problem is not None:
                 yield Finding("DRA014", (*path, field), f"attribute {name!r}: {problem}")
+
+
+def _taint_findings(taint: dict[str, Any], *, shape: ApiShape, path: Path) -> Iterator[Finding]:
+    """A device taint's key is a label key, its value a label value, its effect one the
+    release supports (k8s.io/api resource types: DeviceTaintEffect)."""
+    key = taint.get("key")
+    if isinstance(key, str):
+        problem = kubenames.label_key_problem(key) if key else "a taint key is required"
+        if problem is not None:
+            yield Finding("DRA024", (*path, "key"), f"taint key {key!r}: {problem}")
+    value = taint.get("value")
+    if isinstance(value, str):
+        problem = kubenames.label_value_problem(value)
+        if problem is not None:
+            yield Finding("DRA024", (*path, "value"), f"taint value {value!r}: {problem}")
+    effect = taint.get("effect")
+    if isinstance(effect, str) and effect not in shape.taint_effects:
+        supported = ", ".join(f'"{e}"' for e in shape.taint_effects)
+        yield Finding(
+            "DRA024", (*path, "effect"), f"taint effect {effect!r}: supported values: {supported}"
+        )
+
+
+def _counter_names_findings(counters: Any, *, path: Path) -> Iterator[Finding]:
+    if not isinstance(counters, dict):
+        return
+    for name in counters:
+        problem = kubenames.dns_label_problem(str(name))
+        if problem is not None:
+            yield Finding("DRA012", (*path, name), f"counter name {name!r}: {problem}", Anchor.KEY)
+
+
+def _counter_set_findings(counter_sets: Any) -> Iterator[Finding]:
+    """Counter set names and their counters' names are DNS labels, unique per slice."""
+    if not isinstance(counter_sets, list):
+        return
+    seen: set[str] = set()
+    for index, counter_set in enumerate(counter_sets):
+        if not isinstance(counter_set, dict):
+            continue
+        path: Path = ("spec", "sharedCounters", index)
+        name = counter_set.get("name")
+        if isinstance(name, str):
+            problem = kubenames.dns_label_problem(name)
+            if problem is not None:
+                yield Finding("DRA012", (*path, "name"), f"counter set name {name!r}: {problem}")
+            if name in seen:
+                yield Finding("DRA016", (*path, "name"), f"duplicate counter set name {name!r}")
+            seen.add(name)
+        yield from _counter_names_findings(counter_set.get("counters"), path=(*path, "counters"))
+
+
+def _consumes_counters_findings(consumptions: Any, *, path: Path) -> Iterator[Finding]:
+    if not isinstance(consumptions, list):
+        return
+    seen: set[str] = set()
+    for index, consumption in enumerate(consumptions):
+        if not isinstance(consumption, dict):
+            continue
+        where: Path = (*path, "consumesCounters", index)
+        name = consumption.get("counterSet")
+        if isinstance(name, str):
+            problem = kubenames.dns_label_problem(name)
+            if problem is not None:
+                yield Finding(
+                    "DRA012", (*where, "counterSet"), f"counter set name {name!r}: {problem}"
+                )
+            if name in seen:
+                yield Finding(
+                    "DRA016", (*where, "counterSet"), f"duplicate counter set {name!r} consumed"
+                )
+            seen.add(name)
+        yield from _counter_names_findings(consumption.get("counters"), path=(*where, "counters"))

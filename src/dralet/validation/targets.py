@@ -26,7 +26,8 @@ __all__ = [
 RESOURCE_GROUP = "resource.k8s.io"
 DRA_KINDS = ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
 SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
-DEFAULT_KUBERNETES_VERSION = "1.32"
+DEFAULT_KUBERNETES_VERSION = SUPPORTED_KUBERNETES_VERSIONS[-1]
+"""The newest release dralet knows: what a new cluster runs."""
 
 _SERVED_FROM = {"v1beta1": 32, "v1beta2": 33, "v1": 34}
 """The minor Kubernetes release that first serves each resource.k8s.io version."""
@@ -34,6 +35,12 @@ _FIRST_AVAILABLE_FROM = 33
 _PER_DEVICE_NODE_SELECTION_FROM = 33
 _DISTINCT_ATTRIBUTE_FROM = 34
 _TAINTS_16_FROM = 35
+_TAINT_EFFECT_NONE_FROM = 35
+"""The informational ``None`` taint effect (k8s.io/api resource/v1 types.go,
+DeviceTaintEffectNone) is served from 1.35 on."""
+_COUNTERS_IN_OWN_SLICES_FROM = 35
+"""KEP-4815 as updated for 1.35 (kubernetes/kubernetes#134189): a slice holds either
+``sharedCounters`` or ``devices``, never both."""
 _TAINTS_MAX_BEFORE = 4
 _TAINTS_MAX_AFTER = 16
 
@@ -85,6 +92,15 @@ class ApiShape:
     @property
     def distinct_attribute(self) -> bool:
         return self.minor >= _DISTINCT_ATTRIBUTE_FROM
+
+    @property
+    def counters_in_own_slices(self) -> bool:
+        return self.minor >= _COUNTERS_IN_OWN_SLICES_FROM
+
+    @property
+    def taint_effects(self) -> tuple[str, ...]:
+        base = ("NoSchedule", "NoExecute")
+        return (*base, "None") if self.minor >= _TAINT_EFFECT_NONE_FROM else base
 
     @property
     def taints_max(self) -> int:
