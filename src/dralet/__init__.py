@@ -23,7 +23,7 @@ from dralet.node.backend import (
     PreparedDevice,
     Version,
 )
-from dralet.node.claims import ClaimSource
+from dralet.node.claims.source import ClaimSource
 from dralet.node.runner import Driver
 from dralet.node.settings import DriverSettings
 

@@ -38,7 +38,7 @@ async def test_every_line_of_a_call_carries_claim_and_request_id(node: Node) -> 
         root.setLevel(level)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     ledger_lines = [
-        line for line in lines if line["logger"] in ("dralet.node.ledger", backend_log.name)
+        line for line in lines if line["logger"] in ("dralet.node.claims", backend_log.name)
     ]
     assert any(line["logger"] == backend_log.name for line in ledger_lines)
     assert {line["msg"].split(" ")[0] for line in ledger_lines} >= {
