@@ -109,8 +109,9 @@ class Steps:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            # ``record`` holds every state the backend returned so far, recorded or not.
-            await self.teardown(record, reason=f"prepare failed: {exc}")
+            # ``record`` holds every state the backend returned so far, recorded or not;
+            # a device without one never returned from ``prepare`` in this process.
+            await self.teardown(record, reason=f"prepare failed: {exc}", in_process=True)
             if isinstance(exc, errors.ClaimError | errors.TemporaryError):
                 raise
             raise errors.ClaimError(
@@ -244,7 +245,7 @@ class Steps:
 
     # ------------------------------------------------------------------ teardown
 
-    async def teardown(self, record: ClaimRecord, *, reason: str) -> None:
+    async def teardown(self, record: ClaimRecord, *, reason: str, in_process: bool = False) -> None:
         """Undo whatever a record says may have happened; ends with the record gone.
 
         PrepareStarted/Completed → UnprepareStarted → SpecRemoved → DevicesReleased →
@@ -269,7 +270,7 @@ class Steps:
             # The spec goes first: no container may start with a device being released.
             self.specs.remove(record.uid)
             for device in record.devices:
-                await self._release(ref, record, device)
+                await self._release(ref, record, device, ask_backend=not in_process)
             failpoints.hit(FP_AFTER_RELEASE)
         if record.finalizer_added:
             try:
@@ -295,8 +296,10 @@ class Steps:
             extra={"claim_uid": record.uid, "claim": f"{record.namespace}/{record.name}"},
         )
 
-    async def _release(self, ref: ClaimRef, record: ClaimRecord, device: DeviceRecord) -> None:
-        if not device.prepared and record.cdi_spec is None:
+    async def _release(
+        self, ref: ClaimRef, record: ClaimRecord, device: DeviceRecord, *, ask_backend: bool
+    ) -> None:
+        if ask_backend and not device.prepared and record.cdi_spec is None:
             device = await self._recover_state(ref, device)
         try:
             await self.calls.release_device(ref, device)

@@ -31,7 +31,6 @@ __all__ = ["RecoveryReport", "collect_stale", "fix", "recover"]
 
 log = logging.getLogger("dralet.node.claims")
 
-RETRY_FIRST = 1.0
 RETRY_MAX = 60.0
 
 
@@ -165,7 +164,7 @@ async def _run_finding(
 
 
 async def _retry_forever(engine: ClaimEngine) -> None:
-    delay = RETRY_FIRST
+    delay = engine.settings.recovery_retry
     while engine.pending_recovery:
         await asyncio.sleep(delay)
         report = await recover(engine, retry_later=False)
