@@ -98,7 +98,18 @@ class Steps:
                     ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} disappeared while preparing"
                 )
             failpoints.hit(FP_AFTER_FINALIZER)
-            record, edits = await self._prepare_devices(ref, record)
+            edits: list[cdi_spec.ContainerEdits] = []
+            for index, device in enumerate(record.devices):
+                result = await self.calls.prepare_device(ref, device)
+                # In memory first: a failure to record it still rolls back with it.
+                record = self._with_device_state(record, index, result.state)
+                await self.store.put(record)
+                failpoints.hit(FP_AFTER_DEVICE_RECORDED)
+                if result.edits.is_empty():
+                    raise errors.ClaimError(
+                        ref.uid, f"backend returned no container edits for device {device.device}"
+                    )
+                edits.append(result.edits)
             failpoints.hit(FP_AFTER_BACKEND_PREPARE)
             document = self._build_spec(ref, record.devices, edits)
             self.specs.write(ref.uid, document)
@@ -111,7 +122,16 @@ class Steps:
         except Exception as exc:
             # ``record`` holds every state the backend returned so far, recorded or not;
             # a device without one never returned from ``prepare`` in this process.
-            await self.teardown(record, reason=f"prepare failed: {exc}", in_process=True)
+            try:
+                await self.teardown(record, reason=f"prepare failed: {exc}", in_process=True)
+            except (asyncio.CancelledError, errors.IrreversibleError):
+                raise
+            except Exception as undo:  # noqa: BLE001 - reported in the claim's answer
+                raise errors.ClaimError(
+                    ref.uid,
+                    f"prepare failed: {exc}; its rollback could not finish ({undo}) and is "
+                    "finished by the next call or start",
+                ) from exc
             if isinstance(exc, errors.ClaimError | errors.TemporaryError):
                 raise
             raise errors.ClaimError(
@@ -162,24 +182,13 @@ class Steps:
         failpoints.hit(FP_AFTER_STARTED)
         return started
 
-    async def _prepare_devices(
-        self, ref: ClaimRef, record: ClaimRecord
-    ) -> tuple[ClaimRecord, list[cdi_spec.ContainerEdits]]:
-        edits: list[cdi_spec.ContainerEdits] = []
-        for index, device in enumerate(record.devices):
-            result = await self.calls.prepare_device(ref, device)
-            devices = list(record.devices)
-            devices[index] = device.with_prepared_state(result.state)
-            # Kept in memory first: a failure to record it still rolls back with it.
-            record = replace(record, devices=tuple(devices))
-            record = await self.store.put(record)
-            failpoints.hit(FP_AFTER_DEVICE_RECORDED)
-            if result.edits.is_empty():
-                raise errors.ClaimError(
-                    ref.uid, f"backend returned no container edits for device {device.device}"
-                )
-            edits.append(result.edits)
-        return record, edits
+    @staticmethod
+    def _with_device_state(
+        record: ClaimRecord, index: int, state: Mapping[str, Any]
+    ) -> ClaimRecord:
+        devices = list(record.devices)
+        devices[index] = devices[index].with_prepared_state(state)
+        return replace(record, devices=tuple(devices), updated_at=now_stamp())
 
     def _device_records(
         self, uid: str, allocated: Sequence[AllocatedDevice]

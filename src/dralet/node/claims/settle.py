@@ -54,14 +54,14 @@ class RecoveryReport:
 async def recover(engine: ClaimEngine, *, retry_later: bool = True) -> RecoveryReport:
     """Repair what ``plan_node`` marks ``by="start"``; claim by claim, never aborting."""
     report = RecoveryReport()
-    fsutil.ensure_private_dir(engine.settings.plugin_dir)
     try:
+        fsutil.ensure_private_dir(engine.settings.plugin_dir)
         engine.specs.ensure_dir()
         for stray in engine.specs.stray_temp_files():
             stray.unlink(missing_ok=True)
             report.add("temp-file-removed", stray.name)
     except OSError as exc:
-        log.error("cannot tidy the CDI directory yet: %s", exc)  # noqa: TRY400 - no traceback
+        log.error("cannot tidy the driver's directories yet: %s", exc)  # noqa: TRY400
     try:
         checkpoint = engine.store.load()
     except errors.CheckpointCorruptError as exc:
