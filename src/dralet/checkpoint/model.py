@@ -35,7 +35,7 @@ HOLDING_STATES = frozenset(
 
 @dataclass(frozen=True)
 class DeviceRecord:
-    """One allocated device of a claim, as the ledger prepared it."""
+    """One allocated device of a claim, as the claim engine prepared it."""
 
     pool: str
     device: str

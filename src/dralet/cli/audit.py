@@ -9,6 +9,9 @@ which executes the planned steps through the claim engine, never a separate path
 
 Exit status: 0 consistent (after ``--fix``: everything repaired), 1 inconsistencies
 remain, 2 usage or I/O error.
+
+Over 400 lines because the command's three outputs (table, prose, JSON) and its sources
+(files, backend, API) are one user-facing contract kept in one place.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ one-line command to rerun it alone.
 ``run_many`` runs several runs concurrently in one event loop, each with its own
 directories, driver and stand-in, and reports failpoint coverage: which declared
 failpoints were reached (``DRALET_FAILPOINT_LOG``) and which ones killed the driver.
+
+One file on purpose: a run's schedule, its kubelet moves and its invariant checks share
+one seeded state, and a reader debugging a failing seed follows it here end to end.
 """
 
 from __future__ import annotations

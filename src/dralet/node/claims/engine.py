@@ -1,10 +1,13 @@
 """The claim engine: the ONE owner of claim state on a node.
 
-Every path is observe → plan → execute under the claim's lock. Following a claim UID
-from ``NodePrepareResources`` (``dralet.node.service``) to its CDI file and record:
+Every path is observe → plan → execute under the claim's lock. A claim UID from
+``NodePrepareResources`` to its CDI file and record, one named function per line:
 
-    ClaimEngine.prepare → _run_call → _prepare_claim → plan.plan_prepare
-        → Steps.prepare_fresh → RecordStore.put / SpecStore.write
+    service._DRAImplementation.prepare → service.parse_claims (the edge's checks)
+    ClaimEngine.prepare → _run_call → _worker (a fair slot) → _timed (errors acted on)
+    _prepare_claim (claim lock, temporary errors retried) → _prepare_planned
+        (observe → plan.plan_prepare) → execute.Steps.prepare_fresh
+        → RecordStore.put (records) / SpecStore.write (the CDI file)
 
 Unprepare, recovery at start, stale-claim cleanup and ``dralet audit --fix`` plan with
 the same ``plan`` functions and execute through the same ``Steps`` (``settle``).

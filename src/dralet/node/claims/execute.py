@@ -6,6 +6,9 @@ the next, and hits a failpoint after it so the crash suite can kill the driver t
 rollback of a failed or interrupted prepare, stale-claim cleanup, recovery). The
 backend's state for a device is recorded the moment ``backend.prepare`` returns it, and
 ``release`` gets exactly that state and the device's config back.
+
+Longer than most modules because every durable step of the lifecycle lives here, in
+order, so the whole route of a claim reads top to bottom in one file.
 """
 
 from __future__ import annotations
