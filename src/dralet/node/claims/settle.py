@@ -207,8 +207,8 @@ async def collect_stale(
     normally unprepares on its own, and this only covers what it lost track of.
     Also retries pending finalizer removals. Returns the UIDs cleaned up.
     """
-    if engine.fail_closed:
-        return []
+    if engine.fail_closed or isinstance(engine.calls.claims, source.NoClaimSource):
+        return []  # without the API, nothing can be proven stale
     current = time.monotonic() if now is None else now
     cleaned: list[str] = []
     for uid, record in sorted(engine.store.load().claims.items()):
