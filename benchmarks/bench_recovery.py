@@ -28,7 +28,7 @@ from dralet.cdi import store as cdi_store
 from dralet.checkpoint import codec
 from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
 from dralet.drivers.example import SimulatedGPUs
-from dralet.node.ledger import Ledger
+from dralet.node.claims import ClaimEngine
 from dralet.node.settings import DriverSettings
 
 DRIVER = "gpu.example.com"
@@ -105,7 +105,7 @@ def build_node(root: Path, claims: int) -> tuple[DriverSettings, SimulatedGPUs]:
 
 async def time_recovery(settings: DriverSettings, backend: SimulatedGPUs) -> tuple[float, int]:
     """Seconds one fresh ledger (a new process: nothing cached) takes to recover."""
-    ledger = Ledger(settings, backend=backend, claims=None)
+    ledger = ClaimEngine(settings, backend=backend, claims=None)
     started = time.perf_counter()
     report = await ledger.recover()
     return time.perf_counter() - started, len(report.actions)

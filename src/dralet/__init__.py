@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         PreparedDevice,
         Version,
     )
-    from dralet.node.claims import ClaimSource
+    from dralet.node.claims.source import ClaimSource
     from dralet.node.devices import (
         Capacity,
         CounterConsumption,
@@ -68,7 +68,7 @@ _SOURCES: dict[str, str] = {
     "HealthStatus": "dralet.node.backend",
     "PreparedDevice": "dralet.node.backend",
     "Version": "dralet.node.backend",
-    "ClaimSource": "dralet.node.claims",
+    "ClaimSource": "dralet.node.claims.source",
     "Capacity": "dralet.node.devices",
     "CounterConsumption": "dralet.node.devices",
     "CounterSet": "dralet.node.devices",

@@ -1,11 +1,14 @@
-"""One error taxonomy for dralet, used by every layer.
+"""One error taxonomy for dralet, used by every layer and acted on by the claim engine.
 
-Catch order, written out once: ``asyncio.CancelledError`` is always re-raised first;
-then ``InvalidRequestError`` (bad input: the whole RPC fails with InvalidArgument and
-nothing changes); then ``ClaimError`` (one claim failed: its response entry carries the
-message, the other claims go on); then ``IrreversibleError`` (state could not be rolled
-forward or back: the RPC fails with Internal). Anything else is a bug and is reported as
-a per-claim error with its type name, never swallowed silently.
+Catch order, written out once (``dralet.node.claims.engine.ClaimEngine._answer``):
+``asyncio.CancelledError`` is always re-raised first; ``IrreversibleError`` goes up to
+the RPC, which fails with gRPC Internal (the only path there); ``TemporaryError`` is
+retried after its ``delay`` while the call's budget allows, then answered as that
+claim's retryable error; ``ClaimError`` and ``PermanentError`` are that claim's answer,
+the other claims go on; anything else is a bug, logged with its traceback and answered
+as a per-claim error with its type name, never swallowed. ``InvalidRequestError`` is
+raised at the gRPC edge before the engine runs: the whole RPC fails with
+InvalidArgument and nothing changes.
 """
 
 from __future__ import annotations
@@ -27,11 +30,19 @@ class DraletError(Exception):
 
 
 class PermanentError(DraletError):
-    """Retrying the same operation cannot succeed without a change elsewhere."""
+    """Retrying the same operation cannot succeed without a change elsewhere.
+
+    A backend raises it (or a subclass) from ``prepare`` for a device it will never be
+    able to prepare as allocated: the claim is rolled back and answered, not retried.
+    """
 
 
 class TemporaryError(DraletError):
-    """The operation may succeed when retried after ``delay`` seconds."""
+    """The operation may succeed when retried after ``delay`` seconds.
+
+    Raised by a backend (a device still resetting, a busy firmware): the engine rolls the
+    claim back and prepares it again after ``delay`` while the call's budget allows.
+    """
 
     def __init__(self, message: str, *, delay: float = 1.0) -> None:
         super().__init__(message)
@@ -64,7 +75,12 @@ class DeviceBusyError(ClaimError):
 
 
 class IrreversibleError(DraletError):
-    """State could be neither completed nor rolled back; a human must look."""
+    """A device can be neither finished nor undone; a human must look.
+
+    Raised by a backend's ``release`` (or ``prepare``) when the hardware is left in a
+    state it cannot get out of. The engine keeps the claim's record as it is (nothing is
+    forgotten) and the RPC fails with gRPC Internal naming the failure.
+    """
 
 
 class CheckpointCorruptError(PermanentError):

@@ -16,7 +16,7 @@ from dralet.checkpoint.store import CheckpointStore
 from dralet.cli import audit as audit_cli
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node.backend import ClaimRef, ClaimUID
-from dralet.node.ledger import Ledger
+from dralet.node.claims import ClaimEngine
 from dralet.node.settings import DriverSettings
 from dralet.testing.apiserver import ApiServer
 from dralet.testing.cluster import ControlPlane
@@ -34,7 +34,7 @@ class AuditedNode:
     backend: SimulatedGPUs
     api: ApiServer
     cluster: ControlPlane
-    ledger: Ledger
+    ledger: ClaimEngine
 
     @property
     def state_dir(self) -> Path:
@@ -79,11 +79,14 @@ class AuditedNode:
 
 
 def node_settings(root: Path) -> DriverSettings:
+    if not (root / "boot_id").exists():
+        (root / "boot_id").write_text("boot-1\n")
     return DriverSettings(
         driver_name=DRIVER,
         node_name=NODE,
         plugin_dir=root / "plugins" / DRIVER,
         cdi_dir=root / "cdi",
+        boot_id_path=root / "boot_id",
     )
 
 
@@ -96,7 +99,7 @@ async def node(tmp_path: Path) -> AsyncIterator[AuditedNode]:
         cluster.add_node()
         client = await kube.connect(url=api.url)
         try:
-            ledger = Ledger(settings, backend=backend, claims=kube.ClaimClient(client))
+            ledger = ClaimEngine(settings, backend=backend, claims=kube.ClaimClient(client))
             await ledger.recover()
             yield AuditedNode(tmp_path, settings, backend, api, cluster, ledger)
         finally:

@@ -18,7 +18,7 @@ from dralet.cli import main
 from dralet.cli.audit import render_table
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node.backend import ClaimRef, ClaimUID
-from dralet.node.ledger import Ledger
+from dralet.node.claims import ClaimEngine
 from dralet.node.settings import DriverSettings
 from dralet.testing.apiserver import ApiServerThread
 from dralet.testing.cluster import ControlPlane
@@ -27,7 +27,7 @@ from dralet.testing.kubelet import KubeletClaim
 DRIVER = "gpu.example.com"
 NODE = "node-a"
 NARROW = 72
-FINDING_FIELDS = {"kind", "subject", "message", "repair", "namespace", "name"}
+FINDING_FIELDS = {"kind", "subject", "message", "repair", "namespace", "name", "action", "by"}
 
 
 @dataclass
@@ -66,7 +66,9 @@ class Node:
         async def run() -> None:
             backend = SimulatedGPUs(state_dir=self.root / "backend", node_name=NODE)
             async with await kube.connect(url=self.api.url) as client:
-                ledger = Ledger(self.settings, backend=backend, claims=kube.ClaimClient(client))
+                ledger = ClaimEngine(
+                    self.settings, backend=backend, claims=kube.ClaimClient(client)
+                )
                 await ledger.recover()
                 ref_ = ClaimRef(ClaimUID(ref.uid), ref.namespace, ref.name)
                 assert (await ledger.prepare([ref_]))[ref.uid].error == ""

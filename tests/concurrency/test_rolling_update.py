@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 
 from dralet.cdi.store import SpecStore
@@ -19,7 +20,7 @@ from dralet.node import audit
 from dralet.node.settings import DriverSettings
 from dralet.testing.apiserver import ApiServer
 from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletClaim, KubeletEmulator, PluginConnection
+from dralet.testing.kubelet import KubeletClaim, KubeletEmulator, KubeletError, PluginConnection
 from dralet.testing.process import DriverPaths, DriverProcess, driver_args
 from tests.hostile.conftest import short_root  # noqa: F401 - fixture
 
@@ -56,12 +57,18 @@ class ApiClaims:
 async def _register(
     kubelet: KubeletEmulator, socket: Path, process: DriverProcess
 ) -> PluginConnection:
+    """Register as the kubelet does: the socket file exists once it is bound, which is
+    before the server answers on it, so a refused attempt is retried, not a failure."""
+    last_error: Exception | None = None
     for _ in range(REGISTER_POLLS):
-        if socket.is_socket():  # noqa: ASYNC240 - a stat per poll, on a local tmpfs path
-            return await kubelet.register(socket)
         assert process.alive, process.log()
+        if socket.is_socket():  # noqa: ASYNC240 - a stat per poll, on a local tmpfs path
+            try:
+                return await kubelet.register(socket)
+            except (grpc.aio.AioRpcError, KubeletError) as exc:
+                last_error = exc
         await asyncio.sleep(REGISTER_POLL_INTERVAL)
-    raise AssertionError(f"{socket} never appeared: {process.log()}")
+    raise AssertionError(f"{socket} never answered ({last_error}): {process.log()}")
 
 
 @pytest.fixture

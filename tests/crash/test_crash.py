@@ -2,7 +2,9 @@
 
 The CI-size campaign (200 runs, every declared failpoint armed round-robin) runs by
 default; ``DRALET_CRASH_RUNS=5000`` makes it nightly-size and ``DRALET_CRASH_SEED=N
-DRALET_CRASH_RUNS=1`` reruns one failing run alone (its seed is printed).
+DRALET_CRASH_RUNS=1`` reruns one failing run alone (its seed is printed). Every other
+round over the failpoints runs the example driver behind the strict backend
+(``dralet.testing.strict``), whose broken-promise log counts as a violation.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ async def test_crash_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     report = await crash.run_many(settings, root=tmp_path / "crash")
     with capsys.disabled():
         print(f"\n{report.summary()}\n{report.coverage_table()}")
+    assert 0 < sum(r.strict for r in report.results) < len(report.results) or settings.runs < 60
     failures = "\n\n".join(r.describe(settings) for r in report.failed[:SHOWN_FAILURES])
     assert not report.failed, f"{len(report.failed)} runs broke an invariant:\n{failures}"
     if settings.runs >= len(report.known):

@@ -114,11 +114,6 @@ async def test_many_claims_on_a_full_cdi_disk_leave_nothing_behind(
         assert len(_spec_files(node)) == CLAIMS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="claim engine: when the rollback's own checkpoint record cannot be written "
-    "(ENOSPC), the failed claim's CDI spec stays on disk and its device stays held",
-)
 async def test_many_claims_with_cdi_and_checkpoint_on_a_full_disk_leave_nothing_behind(
     short_root: Path, small_disk: Path
 ) -> None:

@@ -6,6 +6,8 @@ import io
 import json
 import logging
 
+import pytest
+
 from dralet import logs
 from tests.claimfakes import allocated_claim
 from tests.node.conftest import Node
@@ -38,7 +40,7 @@ async def test_every_line_of_a_call_carries_claim_and_request_id(node: Node) -> 
         root.setLevel(level)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     ledger_lines = [
-        line for line in lines if line["logger"] in ("dralet.node.ledger", backend_log.name)
+        line for line in lines if line["logger"] in ("dralet.node.claims", backend_log.name)
     ]
     assert any(line["logger"] == backend_log.name for line in ledger_lines)
     assert {line["msg"].split(" ")[0] for line in ledger_lines} >= {
@@ -94,3 +96,25 @@ def test_dralet_formatters_print_context_once() -> None:
     line = record_stream.getvalue().strip()
     assert line.count("claim_uid=u-1") == 1, line
     assert "step one of 50%" in line, line
+
+
+async def test_a_failed_claims_log_line_says_what_failed_once(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dralet.node.claims")
+    original = node.backend.prepare
+
+    async def failing(claim: object, device: object) -> object:
+        raise OSError(28, "No space left on device")
+
+    node.backend.prepare = failing  # type: ignore[method-assign,assignment]
+    try:
+        claim = node.claims.add(allocated_claim("full"))
+        result = await node.plugin.prepare([kclaim(claim)])
+    finally:
+        node.backend.prepare = original  # type: ignore[method-assign]
+    assert result.claims[claim["metadata"]["uid"]].error
+    failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert failed, caplog.text
+    for line in failed:
+        assert "prepare failed: prepare failed" not in line, line

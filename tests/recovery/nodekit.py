@@ -16,8 +16,9 @@ from dralet.checkpoint.model import Checkpoint, ClaimRecord
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node import audit
 from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID, PreparedDevice
-from dralet.node.ledger import Ledger, PrepareOutcome
+from dralet.node.claims import ClaimEngine, PrepareOutcome
 from dralet.node.settings import DriverSettings
+from dralet.testing.strict import StrictBackend
 from tests.claimfakes import DRIVER, NODE, MemoryClaims, allocated_claim
 
 FINALIZER = f"{DRIVER}/prepared"
@@ -54,17 +55,24 @@ class LedgerNode:
     settings: DriverSettings
     claims: MemoryClaims
     backend: SimulatedGPUs
-    ledger: Ledger
+    ledger: ClaimEngine
     refs: dict[str, ClaimRef] = field(default_factory=dict)
+    strict: StrictBackend | None = None
+    """Set: the engine talks to a strict backend around the GPUs, which checks that
+    ``release`` gets back what ``prepare`` returned."""
 
     @classmethod
-    def create(cls, root: Path, *, gpus: int = 4, **settings: Any) -> LedgerNode:
+    def create(
+        cls, root: Path, *, gpus: int = 4, strict: bool = False, **settings: Any
+    ) -> LedgerNode:
         s = node_settings(root, **settings)
         claims = MemoryClaims()
         backend = SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=gpus)
-        return cls(root, s, claims, backend, Ledger(s, backend=backend, claims=claims))
+        checked = StrictBackend(state_dir=root / "strict", inner=backend) if strict else None
+        engine = ClaimEngine(s, backend=checked or backend, claims=claims)
+        return cls(root, s, claims, backend, engine, strict=checked)
 
-    def restart(self, *, survives_reboot: bool = True, boot_id: str | None = None) -> Ledger:
+    def restart(self, *, survives_reboot: bool = True, boot_id: str | None = None) -> ClaimEngine:
         """A new driver process on the same node: nothing is kept in memory."""
         if boot_id is not None:
             (self.root / "boot_id").write_text(boot_id + "\n")
@@ -74,7 +82,11 @@ class LedgerNode:
             count=self.backend.count,
             survives_reboot=survives_reboot,
         )
-        self.ledger = Ledger(self.settings, backend=self.backend, claims=self.claims)
+        if self.strict is not None:
+            self.strict = StrictBackend(state_dir=self.root / "strict", inner=self.backend)
+        self.ledger = ClaimEngine(
+            self.settings, backend=self.strict or self.backend, claims=self.claims
+        )
         return self.ledger
 
     def add_claim(self, name: str, *devices: str, namespace: str = "default") -> ClaimRef:

@@ -1,7 +1,7 @@
-"""Recovery at start, one rule per test: each crash state ``Ledger.recover`` must repair.
+"""Recovery at start, one rule per test: each crash state ``ClaimEngine.recover`` must repair.
 
 A crash is played with ``crash_at``: the failpoint raises a BaseException that no
-cleanup catches, then a new ``Ledger`` over the same directories (a new process) runs
+cleanup catches, then a new ``ClaimEngine`` over the same directories (a new process) runs
 recovery, and the kubelet's retry must then succeed.
 """
 

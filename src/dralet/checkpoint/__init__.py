@@ -4,7 +4,7 @@
 them into the stored envelope and back (checksum over the exact stored bytes, migration
 from the previous schema), ``store`` reads and writes the file with the atomic recipe
 of ``dralet.fsutil`` and sets aside a corrupt file for forensics. Used only by the
-ledger in ``dralet.node`` and by ``dralet audit``.
+claim engine in ``dralet.node.claims`` and by ``dralet audit``.
 """
 
 from dralet.checkpoint import codec, model, store

@@ -14,6 +14,11 @@ from typing import Any
 
 __all__ = ["Checkpoint", "ClaimRecord", "ClaimState", "DeviceRecord"]
 
+CONFIG_KEY = "config"
+"""``backend_state`` key of the claim's opaque device configuration (from the API)."""
+PREPARED_STATE_KEY = "preparedState"
+"""``backend_state`` key of what ``backend.prepare`` returned; present once it returned."""
+
 
 class ClaimState(enum.StrEnum):
     PREPARE_STARTED = "PrepareStarted"
@@ -30,7 +35,7 @@ HOLDING_STATES = frozenset(
 
 @dataclass(frozen=True)
 class DeviceRecord:
-    """One allocated device of a claim, as the ledger prepared it."""
+    """One allocated device of a claim, as the claim engine prepared it."""
 
     pool: str
     device: str
@@ -39,6 +44,31 @@ class DeviceRecord:
     admin_access: bool = False
     share_id: str = ""
     backend_state: Mapping[str, Any] = field(default_factory=dict)
+    """``{"config": [...opaque parameters...], "preparedState": {...}}``."""
+
+    @property
+    def config(self) -> tuple[Mapping[str, Any], ...]:
+        return tuple(self.backend_state.get(CONFIG_KEY, ()))
+
+    @property
+    def prepared(self) -> bool:
+        """``backend.prepare`` returned for this device and its state is recorded."""
+        return PREPARED_STATE_KEY in self.backend_state
+
+    @property
+    def prepared_state(self) -> Mapping[str, Any]:
+        """The state ``backend.prepare`` returned, to hand back to ``release``.
+
+        Records written before the state had a key of its own kept it merged beside the
+        config; those are read the same way.
+        """
+        if PREPARED_STATE_KEY in self.backend_state:
+            return dict(self.backend_state[PREPARED_STATE_KEY])
+        return {k: v for k, v in self.backend_state.items() if k != CONFIG_KEY}
+
+    def with_prepared_state(self, state: Mapping[str, Any]) -> DeviceRecord:
+        kept = {CONFIG_KEY: list(self.config)} if self.config else {}
+        return replace(self, backend_state={**kept, PREPARED_STATE_KEY: dict(state)})
 
 
 @dataclass(frozen=True)

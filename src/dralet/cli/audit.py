@@ -5,10 +5,13 @@ driver's backend state when ``--backend-state`` is given (other drivers' hardwar
 cannot be inspected from here) and, with ``--kubeconfig``, ``--api-url`` or
 ``--in-cluster``, the ResourceClaims in the API. Finding inconsistencies is the pure
 ``dralet.node.audit.find_inconsistencies``; ``--fix`` runs ``dralet.node.audit.repair``,
-which is the ledger's own recovery and garbage collection, never a separate path.
+which executes the planned steps through the claim engine, never a separate path.
 
 Exit status: 0 consistent (after ``--fix``: everything repaired), 1 inconsistencies
 remain, 2 usage or I/O error.
+
+Over 400 lines because the command's three outputs (table, prose, JSON) and its sources
+(files, backend, API) are one user-facing contract kept in one place.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dralet import errors, logs
 from dralet.cdi import names as cdi_names
 from dralet.drivers import example
 from dralet.node import audit
-from dralet.node.ledger import Ledger, RecoveryReport
+from dralet.node.claims import ClaimEngine, RecoveryReport
 from dralet.node.settings import KUBELET_PLUGINS_DIR, DriverSettings
 
 __all__ = ["ApiClaims", "AuditResult", "command", "render_table", "wrap_prose"]
@@ -216,7 +219,7 @@ async def run_audit(
     api: ApiOptions,
     fix: bool,
 ) -> AuditResult:
-    """Audit the node; with ``fix``, repair through the ledger and audit again."""
+    """Audit the node; with ``fix``, repair through the claim engine and audit again."""
     backend = (
         example.SimulatedGPUs(state_dir=backend_state, node_name=settings.node_name)
         if backend_state is not None
@@ -243,7 +246,7 @@ async def run_audit(
             from dralet import kube  # imported here: the API client takes a second to load
 
             claim_source = kube.ClaimClient(client)
-        ledger = Ledger(settings, backend=backend, claims=claim_source)
+        ledger = ClaimEngine(settings, backend=backend, claims=claim_source)
         try:
             report: RecoveryReport = await audit.repair(ledger, findings)
             _, remaining = await _snapshot(settings, backend=backend, lister=lister)
@@ -357,7 +360,7 @@ def render_text(result: AuditResult, *, width: int | None = None) -> str:
 
 @contextlib.contextmanager
 def _repair_log() -> Iterator[None]:
-    """The ledger's warnings (what a repair did and why) go to stderr while auditing."""
+    """The claim engine's warnings (what a repair did and why) go to stderr while auditing."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logs.KeyValueFormatter())
     handler.setLevel(logging.WARNING)

@@ -18,6 +18,7 @@ from dralet.kube.client import connect
 from dralet.kube.events import NodeEvents
 from dralet.metrics import DriverMetrics
 from dralet.node import directories
+from dralet.node.backend import DeviceBackend
 from dralet.node.devices import TaintEffect
 from dralet.node.publisher import PublisherSettings, SlicePublisher
 from dralet.node.runner import BackgroundWork, Driver
@@ -49,15 +50,27 @@ class RunOptions:
     prepare_delay: tuple[tuple[str, float], ...] = ()
 
 
-def _backend(options: RunOptions, settings: DriverSettings) -> example.SimulatedGPUs:
-    if options.driver != "example":
-        raise click.BadParameter(f"unknown driver {options.driver!r} (available: example)")
-    return example.SimulatedGPUs(
+DRIVERS = ("example", "example-strict")
+"""``example-strict``: the example GPUs behind ``dralet.testing.strict.StrictBackend``, which
+records every broken backend promise in ``<state-dir>/strict`` (the crash suite's check)."""
+
+
+def _backend(options: RunOptions, settings: DriverSettings) -> DeviceBackend:
+    if options.driver not in DRIVERS:
+        raise click.BadParameter(
+            f"unknown driver {options.driver!r} (available: {', '.join(DRIVERS)})"
+        )
+    gpus = example.SimulatedGPUs(
         state_dir=options.state_dir,
         node_name=settings.node_name,
         count=options.gpus,
         prepare_delay=dict(options.prepare_delay),
     )
+    if options.driver == "example-strict":
+        from dralet.testing.strict import StrictBackend
+
+        return StrictBackend(state_dir=options.state_dir / "strict", inner=gpus)
+    return gpus
 
 
 async def serve(settings: DriverSettings, options: RunOptions) -> None:
@@ -119,7 +132,12 @@ def _delay(item: str) -> tuple[str, float]:
 
 
 @click.command("run")
-@click.option("--driver", default="example", show_default=True, help="Backend to run.")
+@click.option(
+    "--driver",
+    default="example",
+    show_default=True,
+    help="Backend to run: example, or example-strict (checked by the strict test backend).",
+)
 @click.option("--driver-name", default=example.DRIVER_NAME, show_default=True)
 @click.option("--node-name", envvar="NODE_NAME", required=True, help="This node ($NODE_NAME).")
 @click.option(

@@ -3,7 +3,7 @@
 Dict in, dict out, on the official client's asyncio package (``kubernetes.aio``):
 ``client`` (one connection: verbs, retries, watch), ``watching`` (list + watch + relist),
 ``versions`` (which resource.k8s.io version to speak), ``shapes`` (converting objects
-between those versions), ``claims`` (``ClaimClient``, the ledger's ``ClaimSource``),
+between those versions), ``claims`` (``ClaimClient``, the claim engine's ``ClaimSource``),
 ``inventory`` (listing claims, slices and classes for the CLI) and ``slices`` (pure
 ResourceSlice rules and diffing, used by the node's publisher). Used by ``dralet.node``
 (publisher, ledger wiring), the CLI and the API stand-in in ``dralet.testing``.

@@ -30,8 +30,7 @@ from dralet import errors
 from dralet.metrics import DriverMetrics
 from dralet.node import directories, service
 from dralet.node.backend import DeviceBackend
-from dralet.node.claims import ClaimSource, EventSink
-from dralet.node.ledger import Ledger, RecoveryReport
+from dralet.node.claims import ClaimEngine, ClaimSource, EventSink, RecoveryReport
 from dralet.node.settings import DriverSettings
 from dralet.node.tasks import TaskSet
 from dralet.protocol import wire
@@ -98,7 +97,7 @@ def _service(module: ModuleType, name: str) -> ServiceDescriptor:
 
 
 class Driver:
-    """One running driver: ledger, gRPC servers, background loops."""
+    """One running driver: claim engine, gRPC servers, background loops."""
 
     def __init__(
         self,
@@ -114,7 +113,7 @@ class Driver:
         self.settings = settings
         self.backend = backend
         self.metrics = metrics or DriverMetrics()
-        self.ledger = Ledger(settings, backend=backend, claims=claims, metrics=self.metrics)
+        self.ledger = ClaimEngine(settings, backend=backend, claims=claims, metrics=self.metrics)
         self.registration = service.RegistrationServicer(
             driver_name=settings.driver_name,
             endpoint=str(settings.dra_socket),

@@ -1,7 +1,7 @@
 """gRPC servicers: plugin registration, DRA v1 and v1beta1 (one implementation), health.
 
 Both DRA versions have the same messages (v1 adds ``share_id``), so one function builds
-each response from the ledger's outcome using the version's own message module. A
+each response from the claim engine's outcome using the version's own message module. A
 malformed request fails as a whole with InvalidArgument before anything is touched;
 everything about one claim goes into that claim's entry.
 """
@@ -12,15 +12,16 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 import grpc
 
 from dralet import errors, kubenames, logs
-from dralet.node.backend import DeviceBackend, DeviceHealth, HealthStatus
-from dralet.node.ledger import Ledger, PrepareOutcome, parse_claim_refs
+from dralet.node.backend import ClaimRef, ClaimUID, DeviceBackend, DeviceHealth, HealthStatus
+from dralet.node.claims import ClaimEngine, PrepareOutcome
 from dralet.protocol.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -42,6 +43,7 @@ __all__ = [
     "RegistrationServicer",
     "ResourceHealthServicer",
     "ResourceHealthV1Servicer",
+    "parse_claims",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,22 +94,65 @@ class RegistrationServicer(pluginregistration_v1_pb2_grpc.RegistrationServicer):
         return pluginregistration_v1_pb2.RegistrationStatusResponse()
 
 
-async def _abort_invalid(context: Any, exc: errors.InvalidRequestError) -> None:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+@dataclass(frozen=True)
+class ParsedClaims:
+    refs: list[ClaimRef] = field(default_factory=list)
+    """Valid claims, deduplicated, keyed by the UID exactly as the kubelet sent it."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """UID as sent → per-claim error (a UID the engine must not re-key, e.g. upper-case)."""
 
 
-def _split_noncanonical(claims: Any) -> tuple[list[Any], dict[str, str]]:
-    """Claims keyed as sent, and a per-claim error for each upper-case UID.
+def parse_claims(claims: Sequence[Any]) -> ParsedClaims:
+    """Validate the kubelet's ``(namespace, uid, name)`` claim references.
 
-    A UID is answered under exactly the key the kubelet sent; one that is a UUID but not
-    lower-case is never re-keyed, it gets its own error.
+    Raises ``InvalidRequestError`` naming the first bad field (nothing has been touched).
+    A UID that is a UUID but not in the API server's canonical form is refused for that
+    claim only: answering under another key than the kubelet sent would lose the answer.
     """
-    rejected = {
-        c.uid: f"claim uid {c.uid!r} {kubenames.uid_problem(c.uid)}"
-        for c in claims
-        if c.uid != c.uid.lower() and kubenames.uid_problem(c.uid.lower()) is None
-    }
-    return [c for c in claims if c.uid not in rejected], rejected
+    parsed = ParsedClaims()
+    seen: dict[str, ClaimRef] = {}
+    for index, claim in enumerate(claims):
+        namespace, uid, name = claim.namespace, claim.uid, claim.name
+        where = f"claims[{index}]"
+        uid_problem = kubenames.uid_problem(uid)
+        if uid_problem is not None and kubenames.uid_problem(uid.lower()) is None:
+            parsed.refused[uid] = f"claim uid {uid} {uid_problem}"
+            continue
+        if uid_problem is not None:
+            raise errors.InvalidRequestError(f"{where}: uid {uid[:64]!r} {uid_problem}")
+        namespace_problem = kubenames.dns_label_problem(namespace) if namespace else "is empty"
+        if namespace_problem is not None:
+            raise errors.InvalidRequestError(
+                f"{where}: namespace {namespace[:64]!r} {namespace_problem}"
+            )
+        name_problem = kubenames.dns_subdomain_problem(name) if name else "is empty"
+        if name_problem is not None:
+            raise errors.InvalidRequestError(f"{where}: name {name[:64]!r} {name_problem}")
+        ref = ClaimRef(uid=ClaimUID(uid), namespace=namespace, name=name)
+        before = seen.get(uid)
+        if before is not None and before != ref:
+            raise errors.InvalidRequestError(
+                f"{where}: uid {uid} appears twice with different names "
+                f"({before.namespace}/{before.name} and {namespace}/{name})"
+            )
+        if before is None:
+            seen[uid] = ref
+            parsed.refs.append(ref)
+    return parsed
+
+
+async def _parse_or_abort(request: Any, context: Any) -> ParsedClaims:
+    try:
+        return parse_claims(request.claims)
+    except errors.InvalidRequestError as exc:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        raise
+
+
+async def _abort_irreversible(context: Any, exc: errors.IrreversibleError) -> None:
+    # The only path to Internal: a backend could neither finish nor undo a device.
+    log.error("irreversible failure: %s", exc)
+    await context.abort(grpc.StatusCode.INTERNAL, f"irreversible failure, manual repair: {exc}")
 
 
 def _fill_prepare_response(
@@ -143,34 +188,32 @@ def _fill_unprepare_response(pb2: ModuleType, outcomes: Mapping[str, str]) -> An
 class _DRAImplementation:
     """The one implementation behind both DRA service versions."""
 
-    def __init__(self, ledger: Ledger, *, pb2: ModuleType, with_share_id: bool) -> None:
-        self.ledger = ledger
+    def __init__(self, engine: ClaimEngine, *, pb2: ModuleType, with_share_id: bool) -> None:
+        self.engine = engine
         self.pb2 = pb2
         self.with_share_id = with_share_id
 
     async def prepare(self, request: Any, context: Any) -> Any:
         with logs.bind(request_id=uuid.uuid4().hex[:12], rpc="NodePrepareResources"):
-            claims, rejected = _split_noncanonical(request.claims)
+            parsed = await _parse_or_abort(request, context)
             try:
-                refs = parse_claim_refs([(c.namespace, c.uid, c.name) for c in claims])
-            except errors.InvalidRequestError as exc:
-                await _abort_invalid(context, exc)
+                outcomes = await self.engine.prepare(parsed.refs)
+            except errors.IrreversibleError as exc:
+                await _abort_irreversible(context, exc)
                 raise
-            outcomes = {
-                **{uid: PrepareOutcome(error=e) for uid, e in rejected.items()},
-                **await self.ledger.prepare(refs),
-            }
+            for uid, error in parsed.refused.items():
+                outcomes[uid] = PrepareOutcome(error=error)
             return _fill_prepare_response(self.pb2, outcomes, with_share_id=self.with_share_id)
 
     async def unprepare(self, request: Any, context: Any) -> Any:
         with logs.bind(request_id=uuid.uuid4().hex[:12], rpc="NodeUnprepareResources"):
-            claims, rejected = _split_noncanonical(request.claims)
+            parsed = await _parse_or_abort(request, context)
             try:
-                refs = parse_claim_refs([(c.namespace, c.uid, c.name) for c in claims])
-            except errors.InvalidRequestError as exc:
-                await _abort_invalid(context, exc)
+                outcomes = await self.engine.unprepare(parsed.refs)
+            except errors.IrreversibleError as exc:
+                await _abort_irreversible(context, exc)
                 raise
-            outcomes = {**rejected, **await self.ledger.unprepare(refs)}
+            outcomes.update(parsed.refused)
             return _fill_unprepare_response(self.pb2, outcomes)
 
 
@@ -187,13 +230,13 @@ class _DRAServicerMethods:
 
 
 class DRAv1Servicer(_DRAServicerMethods, dra_v1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, ledger: Ledger) -> None:
-        self._impl = _DRAImplementation(ledger, pb2=dra_v1_pb2, with_share_id=True)
+    def __init__(self, engine: ClaimEngine) -> None:
+        self._impl = _DRAImplementation(engine, pb2=dra_v1_pb2, with_share_id=True)
 
 
 class DRAv1beta1Servicer(_DRAServicerMethods, dra_v1beta1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, ledger: Ledger) -> None:
-        self._impl = _DRAImplementation(ledger, pb2=dra_v1beta1_pb2, with_share_id=False)
+    def __init__(self, engine: ClaimEngine) -> None:
+        self._impl = _DRAImplementation(engine, pb2=dra_v1beta1_pb2, with_share_id=False)
 
 
 _HEALTH_CODES = {

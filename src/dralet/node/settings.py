@@ -34,7 +34,13 @@ class DriverSettings:
     boot_id_path: Path = Path("/proc/sys/kernel/random/boot_id")
     """Source of the boot ID recorded in the checkpoint to detect reboots."""
     max_parallel_claims: int = 8
-    """Claims of one request processed concurrently."""
+    """Claims processed concurrently, shared fairly by every call in flight."""
+    recovery_retry: float = 1.0
+    """First delay (s) before a claim whose recovery failed (disk full, read-only) is
+    retried; it doubles up to a minute."""
+    call_budget: float = 40.0
+    """Seconds a prepare/unprepare call may take: claims not finished by then are answered
+    with a retryable per-claim error, inside the kubelet's 45 s deadline."""
     shutdown_grace: float = 10.0
     """Seconds in-flight calls get to finish after SIGTERM before they are cancelled."""
     stale_claim_grace: float = 300.0

@@ -26,6 +26,9 @@ one-line command to rerun it alone.
 ``run_many`` runs several runs concurrently in one event loop, each with its own
 directories, driver and stand-in, and reports failpoint coverage: which declared
 failpoints were reached (``DRALET_FAILPOINT_LOG``) and which ones killed the driver.
+
+One file on purpose: a run's schedule, its kubelet moves and its invariant checks share
+one seeded state, and a reader debugging a failing seed follows it here end to end.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from dralet.testing.apiserver import ApiServer
 from dralet.testing.cluster import ControlPlane
 from dralet.testing.kubelet import KubeletClaim, KubeletEmulator, KubeletError, PluginConnection
 from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from dralet.testing.strict import StrictBackend
 
 __all__ = [
     "ENV_CONCURRENCY",
@@ -164,6 +168,8 @@ class RunResult:
     reached: collections.Counter[str] = field(default_factory=collections.Counter)
     seconds: float = 0.0
     root: Path | None = None
+    strict: bool = False
+    """The driver ran behind the strict backend (``dralet.testing.strict``)."""
 
     def rerun(self, settings: CrashSettings) -> str:
         return settings.rerun_command.format(seed=self.seed)
@@ -229,7 +235,9 @@ class CrashReport:
     def summary(self) -> str:
         return (
             f"{len(self.results)} crash runs, {self.kills} kills at failpoints, "
-            f"{len(self.failed)} with violations, {self.seconds:.1f}s; failpoints reached "
+            f"{len(self.failed)} with violations "
+            f"({sum(r.strict for r in self.results)} runs behind the strict backend), "
+            f"{self.seconds:.1f}s; failpoints reached "
             f"{len(self.known) - len(self.never_reached)}/{len(self.known)}, killed at "
             f"{len(self.known) - len(self.never_killed)}/{len(self.known)}"
         )
@@ -266,7 +274,12 @@ class _Run:
         self.failpoint = failpoint_for(seed, names)
         self.names = list(names)
         self.nth = self.rng.randint(1, settings.max_nth)
-        self.result = RunResult(seed=seed, failpoint=self.failpoint, nth=self.nth, root=root)
+        # Every other round over the failpoints runs the driver behind the strict backend,
+        # which checks that release gets back the state prepare returned.
+        self.strict = (seed // max(1, len(names))) % 2 == 1
+        self.result = RunResult(
+            seed=seed, failpoint=self.failpoint, nth=self.nth, root=root, strict=self.strict
+        )
         self.paths = DriverPaths(
             root, driver_name=settings.driver_name, node_name=settings.node_name
         )
@@ -296,6 +309,7 @@ class _Run:
                 api_url=None,
                 gpus=settings.gpus,
                 extra=["--no-publish", "--log-level", "warning"],
+                driver="example-strict" if self.strict else "example",
             ),
             log_path=root / "driver.log",
             env={failpoints.ENV_LOG: str(self.hit_log)},
@@ -638,6 +652,7 @@ class _Run:
                 api_url=api.url,
                 gpus=self.settings.gpus,
                 extra=["--no-publish", "--log-level", "warning"],
+                driver="example-strict" if self.strict else "example",
             )
             self.cluster = ControlPlane(
                 api, driver_name=self.settings.driver_name, node_name=self.settings.node_name
@@ -676,6 +691,8 @@ class _Run:
                 await self.driver.terminate()
                 await self.kubelet.close()
                 self.running = False
+        for broken in StrictBackend.violations_in(self.paths.state_dir / "strict"):
+            self.violation(f"strict backend: {broken}")
         self.result.reached.update(_read_hits(self.hit_log))
 
 

@@ -97,12 +97,17 @@ _API_FLAGS = frozenset({"--api-url", "--kubeconfig", "--in-cluster"})
 
 
 def driver_args(
-    paths: DriverPaths, *, api_url: str | None, gpus: int = 4, extra: Sequence[str] = ()
+    paths: DriverPaths,
+    *,
+    api_url: str | None,
+    gpus: int = 4,
+    extra: Sequence[str] = (),
+    driver: str = "example",
 ) -> list[str]:
-    """The ``dralet run`` arguments for the example driver on ``paths``."""
+    """The ``dralet run`` arguments for the example driver (or ``example-strict``) on ``paths``."""
     args = [
         "run",
-        "--driver", "example",
+        "--driver", driver,
         "--driver-name", paths.driver_name,
         "--node-name", paths.node_name,
         "--plugin-dir", str(paths.plugin_dir),

@@ -1,4 +1,4 @@
-"""How the ledger reads ResourceClaims and keeps its finalizer on them.
+"""How the claim engine reads ResourceClaims and keeps its finalizer on them.
 
 ``ClaimSource`` is the port: the real implementation is ``dralet.kube.ClaimClient``
 (the Kubernetes API through the official client); tests and the demo point it at the
@@ -18,6 +18,7 @@ from dralet.node.backend import AllocatedDevice, ClaimRef
 __all__ = [
     "ClaimSource",
     "EventSink",
+    "NoClaimSource",
     "Staleness",
     "finalizer_name",
     "select_allocation",
@@ -37,6 +38,20 @@ class ClaimSource(Protocol):
     async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
         """Remove ``finalizer``; True also when the claim (with this UID) is already gone."""
         ...
+
+
+class NoClaimSource:
+    """The source of a driver run without an API server: nothing can be prepared (the
+    claim's allocation is needed), and there is no finalizer to add or remove."""
+
+    async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        raise errors.PermanentError("no ResourceClaim source configured (no API server)")
+
+    async def add_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+        return False
+
+    async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+        return True
 
 
 class EventSink(Protocol):

@@ -1,0 +1,324 @@
+"""The claim engine: the ONE owner of claim state on a node.
+
+Every path is observe → plan → execute under the claim's lock. A claim UID from
+``NodePrepareResources`` to its CDI file and record, one named function per line:
+
+    service._DRAImplementation.prepare → service.parse_claims (the edge's checks)
+    ClaimEngine.prepare → _run_call → _worker (a fair slot) → _timed (errors acted on)
+    _prepare_claim (claim lock, temporary errors retried) → _prepare_planned
+        (observe → plan.plan_prepare) → execute.Steps.prepare_fresh
+        → RecordStore.put (records) / SpecStore.write (the CDI file)
+
+Unprepare, recovery at start, stale-claim cleanup and ``dralet audit --fix`` plan with
+the same ``plan`` functions and execute through the same ``Steps`` (``settle``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dralet import errors, logs
+from dralet.cdi import store as cdi_store
+from dralet.checkpoint.model import Checkpoint, ClaimRecord, DeviceRecord
+from dralet.checkpoint.store import CheckpointStore
+from dralet.metrics import DriverMetrics
+from dralet.node.backend import ClaimRef, DeviceBackend
+from dralet.node.claims import plan, settle
+from dralet.node.claims.calls import Calls
+from dralet.node.claims.execute import Steps
+from dralet.node.claims.fairness import FairSlots
+from dralet.node.claims.observe import ClaimView, Mode, read_boot_id
+from dralet.node.claims.source import ClaimSource, NoClaimSource, finalizer_name
+from dralet.node.claims.store import RecordStore
+from dralet.node.settings import DriverSettings
+from dralet.node.tasks import TaskSet
+
+__all__ = ["ClaimEngine", "Mode", "PrepareOutcome"]
+
+log = logging.getLogger("dralet.node.claims")
+
+
+@dataclass(frozen=True)
+class PrepareOutcome:
+    devices: tuple[DeviceRecord, ...] = ()
+    error: str = ""
+
+
+@dataclass
+class _Call:
+    """One RPC's claims, answered before ``deadline`` (monotonic seconds)."""
+
+    operation: str
+    refs: Sequence[ClaimRef]
+    deadline: float
+    outcomes: dict[str, PrepareOutcome] = field(default_factory=dict)
+
+
+class ClaimEngine:
+    def __init__(
+        self,
+        settings: DriverSettings,
+        *,
+        backend: DeviceBackend,
+        claims: ClaimSource | None,
+        metrics: DriverMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.metrics = metrics or DriverMetrics()
+        self.store = RecordStore(settings, boot_id=read_boot_id(settings), metrics=self.metrics)
+        self.specs = cdi_store.SpecStore(settings.cdi_dir, settings.cdi_kind)
+        self.calls = Calls(
+            backend, claims or NoClaimSource(), finalizer=finalizer_name(settings.driver_name)
+        )
+        self.steps = Steps(
+            settings, store=self.store, specs=self.specs, calls=self.calls, metrics=self.metrics
+        )
+        self.mode = Mode()
+        self.work = TaskSet("claims")
+        self._slots = FairSlots(settings.max_parallel_claims)
+        self._stale_since: dict[str, float] = {}
+        self.pending_recovery: set[str] = set()
+        """Claims whose recovery step failed (disk full, read-only); retried with backoff."""
+
+    # ------------------------------------------------------------------ state access
+
+    @property
+    def checkpoints(self) -> CheckpointStore:
+        return self.store.checkpoints
+
+    @property
+    def fail_closed(self) -> str:
+        return self.mode.fail_closed
+
+    def load(self) -> Checkpoint:
+        return self.store.load()
+
+    def known_claims(self) -> Mapping[str, ClaimRecord]:
+        return self.store.load().claims
+
+    def enter_fail_closed(self, reason: str) -> None:
+        """Stop trusting the checkpoint (found unusable while running); keep a copy."""
+        if self.mode.fail_closed:
+            return
+        try:
+            kept = self.store.checkpoints.keep_aside()
+        except OSError:
+            kept = None
+            log.exception("could not keep a copy of the unusable checkpoint")
+        self.mode = Mode(f"{reason} (copy kept at {kept})" if kept else reason)
+        self.metrics.checkpoint_errors.labels("corrupt").inc()
+        log.error("checkpoint unusable, failing closed: %s", self.mode.fail_closed)
+
+    def observe(self, uid: str) -> ClaimView:
+        """One claim as it is now (call with its lock held). Never writes."""
+        record = None
+        if not self.mode.fail_closed:
+            try:
+                record = self.store.load().claims.get(uid)
+            except errors.CheckpointCorruptError as exc:
+                self.enter_fail_closed(str(exc))
+        return ClaimView(
+            uid,
+            record,
+            spec_present=self.specs.exists(uid),
+            boot_id=self.store.boot_id,
+            fail_closed=self.mode.fail_closed,
+        )
+
+    # ------------------------------------------------------------------ the RPC paths
+
+    async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
+        """Prepare every claim; one outcome per claim UID, failures per claim."""
+        return await self._run_call(_Call("prepare", refs, self._deadline()))
+
+    async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
+        """Unprepare every claim; unknown claims succeed. Returns UID → error ('' = OK)."""
+        outcomes = await self._run_call(_Call("unprepare", refs, self._deadline()))
+        return {uid: outcome.error for uid, outcome in outcomes.items()}
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.settings.call_budget
+
+    async def _run_call(self, call: _Call) -> dict[str, PrepareOutcome]:
+        """Run a call's claims on fairly shared slots; answer every claim by the deadline.
+
+        The workers are engine-owned tasks: if the caller gives up, a claim already
+        started still finishes and records its outcome (a later call waits on its lock);
+        a claim not started yet is not started.
+        """
+        queue = list(reversed(call.refs))
+        one = self._prepare_claim if call.operation == "prepare" else self._unprepare_claim
+        workers = [
+            self.work.spawn(f"{call.operation}-worker", self._worker(call, queue, one))
+            for _ in range(min(len(queue), self.settings.max_parallel_claims))
+        ]
+        try:
+            if workers:
+                remaining = max(0.0, call.deadline - time.monotonic())
+                await asyncio.wait(workers, timeout=remaining)  # never cancels them
+        finally:
+            queue.clear()  # whatever was not started stays unstarted
+        for worker in workers:
+            # An irreversible failure (→ Internal) or the process dying at a failpoint.
+            if worker.done() and not worker.cancelled() and worker.exception() is not None:
+                raise worker.exception()  # type: ignore[misc]
+        for ref in call.refs:
+            if ref.uid not in call.outcomes:
+                call.outcomes[ref.uid] = PrepareOutcome(
+                    error=f"{call.operation} not finished within the call's time budget "
+                    f"({self.settings.call_budget:g} s); retry"
+                )
+        return {ref.uid: call.outcomes[ref.uid] for ref in call.refs}
+
+    async def _worker(
+        self,
+        call: _Call,
+        queue: list[ClaimRef],
+        one: Callable[[ClaimRef, float], Awaitable[PrepareOutcome]],
+    ) -> None:
+        while queue:
+            ref = queue.pop()
+            async with self._slots.slot(call):
+                if time.monotonic() >= call.deadline:
+                    return
+                call.outcomes[ref.uid] = await self._timed(call.operation, ref, call.deadline, one)
+            # A claim may finish without ever waiting (nothing to do, answered from the
+            # record): give other calls' workers their turn between claims.
+            await asyncio.sleep(0)
+
+    async def _timed(
+        self,
+        operation: str,
+        ref: ClaimRef,
+        deadline: float,
+        one: Callable[[ClaimRef, float], Awaitable[PrepareOutcome]],
+    ) -> PrepareOutcome:
+        # Every log line of this claim's work carries the claim (the RPC's request id is
+        # already bound: tasks inherit the caller's context).
+        with logs.bind(claim_uid=ref.uid, claim=f"{ref.namespace}/{ref.name}"):
+            return await self._answer(operation, ref, deadline, one)
+
+    async def _answer(
+        self,
+        operation: str,
+        ref: ClaimRef,
+        deadline: float,
+        one: Callable[[ClaimRef, float], Awaitable[PrepareOutcome]],
+    ) -> PrepareOutcome:
+        """The error taxonomy, acted on: temporary → retryable answer, claim/permanent →
+        that claim's error, irreversible → up to the RPC (Internal), anything else → a
+        per-claim error naming its type (a bug, logged with its traceback)."""
+        started = time.perf_counter()
+        result = "error"
+        try:
+            outcome = await one(ref, deadline)
+            result = "success" if not outcome.error else "error"
+            return outcome
+        except (asyncio.CancelledError, errors.IrreversibleError):
+            raise
+        except errors.TemporaryError as exc:
+            return PrepareOutcome(error=f"{operation} failed temporarily: {exc}; retry")
+        except errors.DraletError as exc:
+            message = str(exc)
+            if not message.startswith(operation):  # say what failed once, never twice
+                message = f"{operation} failed: {message}"
+            log.warning("%s", message, extra={"claim_uid": ref.uid})
+            return PrepareOutcome(error=str(exc))
+        except Exception as exc:
+            log.exception("%s failed unexpectedly", operation, extra={"claim_uid": ref.uid})
+            return PrepareOutcome(error=f"{operation} failed: {type(exc).__name__}: {exc}")
+        finally:
+            elapsed = time.perf_counter() - started
+            self.metrics.operation_seconds.labels(operation, result).observe(elapsed)
+            self.metrics.operations.labels(operation, result).inc()
+
+    async def _prepare_claim(self, ref: ClaimRef, deadline: float) -> PrepareOutcome:
+        """One claim's prepare; a ``TemporaryError`` is retried after its delay while the
+        call's budget allows, then answered as retryable."""
+        while True:
+            try:
+                async with self.store.claim_lock(ref.uid):
+                    return await self._prepare_planned(ref)
+            except errors.TemporaryError as exc:
+                if time.monotonic() + exc.delay >= deadline:
+                    raise
+                log.info("prepare failed temporarily (%s); retrying in %g s", exc, exc.delay)
+                await asyncio.sleep(exc.delay)
+
+    async def _prepare_planned(self, ref: ClaimRef) -> PrepareOutcome:
+        view = self.observe(ref.uid)
+        for action in plan.plan_prepare(view):
+            if action is plan.Action.ANSWER_PREPARED:
+                assert view.record is not None
+                if (view.record.namespace, view.record.name) != (ref.namespace, ref.name):
+                    raise errors.ClaimError(
+                        ref.uid,
+                        f"claim UID {ref.uid} is prepared as "
+                        f"{view.record.namespace}/{view.record.name}, "
+                        f"not {ref.namespace}/{ref.name}",
+                    )
+                return PrepareOutcome(devices=view.record.devices)
+            if action is plan.Action.REFUSE:
+                raise errors.ClaimError(
+                    ref.uid, f"not preparing new claims: {self.mode.fail_closed}"
+                )
+            if action is plan.Action.PREPARE:
+                record = await self.steps.prepare_fresh(ref)
+                return PrepareOutcome(devices=record.devices)
+            await self.run_step(action, view, reason="retry after interrupted work")
+        raise AssertionError("plan_prepare always ends in an answer")
+
+    async def _unprepare_claim(self, ref: ClaimRef, deadline: float) -> PrepareOutcome:
+        async with self.store.claim_lock(ref.uid):
+            view = self.observe(ref.uid)
+            for action in plan.plan_unprepare(view):
+                if action is plan.Action.UNPREPARE_FROM_PROOF:
+                    await self.steps.unprepare_from_proof(ref)
+                else:
+                    await self.run_step(action, view, reason="unprepare")
+            self._stale_since.pop(ref.uid, None)
+        return PrepareOutcome()
+
+    async def run_step(self, action: plan.Action, view: ClaimView, *, reason: str) -> str:
+        """Execute one planned step for a claim whose lock is held; returns the report
+        action name ('' when there was nothing left to do)."""
+        record = view.record
+        if action is plan.Action.REMOVE_ORPHAN_SPEC:
+            if record is None and self.specs.remove(view.uid):
+                self.metrics.recovery_actions.labels("orphan-spec-removed").inc()
+                return "orphan-spec-removed"
+            return ""
+        if record is None:
+            return ""
+        if action is plan.Action.REWRITE_SPEC:
+            return "spec-rewritten" if self.steps.rewrite_spec(record) else ""
+        names = {
+            plan.Action.ROLL_BACK: "prepare-rolled-back",
+            plan.Action.FINISH_UNPREPARE: "unprepare-finished",
+            plan.Action.RETRY_FINALIZER_REMOVAL: "finalizer-retried",
+            plan.Action.UNPREPARE: "unprepared",
+            plan.Action.UNPREPARE_STALE: "stale-claim-unprepared",
+        }
+        if action not in names:
+            raise ValueError(f"{action} is not a per-claim step")
+        await self.steps.teardown(record, reason=reason)
+        return names[action]
+
+    # ------------------------------------------------------------------ node-wide work
+
+    async def recover(self) -> settle.RecoveryReport:
+        """Reconcile records, CDI directory and backend at start (``settle.recover``)."""
+        return await settle.recover(self)
+
+    async def collect_stale(self, *, now: float | None = None, force: bool = False) -> list[str]:
+        """Unprepare claims whose ResourceClaim is gone, replaced or no longer ours."""
+        return await settle.collect_stale(self, now=now, force=force)
+
+    async def fix(self, findings: Sequence[plan.Finding]) -> settle.RecoveryReport:
+        """Execute the planned step of every finding (``dralet audit --fix``)."""
+        return await settle.fix(self, findings)

@@ -1,0 +1,417 @@
+"""The steps of the claim lifecycle, executed under the claim's lock (the caller holds it).
+
+Each step walks the transitions of ``states`` in order, makes each durable fact before
+the next, and hits a failpoint after it so the crash suite can kill the driver there.
+``prepare_fresh`` is the prepare route; ``teardown`` is every way down (unprepare,
+rollback of a failed or interrupted prepare, stale-claim cleanup, recovery). The
+backend's state for a device is recorded the moment ``backend.prepare`` returns it, and
+``release`` gets exactly that state and the device's config back.
+
+Longer than most modules because every durable step of the lifecycle lives here, in
+order, so the whole route of a claim reads top to bottom in one file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from dralet import errors, failpoints
+from dralet.cdi import spec as cdi_spec
+from dralet.cdi import store as cdi_store
+from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
+from dralet.metrics import DriverMetrics
+from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID
+from dralet.node.claims import source
+from dralet.node.claims.calls import Calls, allocated
+from dralet.node.claims.store import RecordStore, now_stamp
+from dralet.node.settings import DriverSettings
+
+__all__ = ["Steps"]
+
+log = logging.getLogger("dralet.node.claims")
+
+FP_AFTER_STARTED = "ledger.prepare.after-started"
+FP_AFTER_FINALIZER = "ledger.prepare.after-finalizer"
+FP_AFTER_DEVICE_RECORDED = "ledger.prepare.after-device-recorded"
+FP_AFTER_BACKEND_PREPARE = "ledger.prepare.after-backend"
+FP_AFTER_SPEC = "ledger.prepare.after-spec"
+FP_AFTER_UNPREPARE_STARTED = "ledger.unprepare.after-started"
+FP_AFTER_RELEASE = "ledger.unprepare.after-release"
+FP_AFTER_FINALIZER_REMOVED = "ledger.unprepare.after-finalizer"
+failpoints.declare(
+    FP_AFTER_STARTED,
+    FP_AFTER_FINALIZER,
+    FP_AFTER_DEVICE_RECORDED,
+    FP_AFTER_BACKEND_PREPARE,
+    FP_AFTER_SPEC,
+    FP_AFTER_UNPREPARE_STARTED,
+    FP_AFTER_RELEASE,
+    FP_AFTER_FINALIZER_REMOVED,
+)
+
+
+def ref_of(record: ClaimRecord) -> ClaimRef:
+    return ClaimRef(ClaimUID(record.uid), record.namespace, record.name)
+
+
+def _cdi_device_name(uid: str, device: DeviceRecord | AllocatedDevice) -> str:
+    suffix = f"-{device.share_id}" if device.share_id else ""
+    return f"{uid}-{device.device}{suffix}"
+
+
+class Steps:
+    """What the engine does to one claim; every method expects the claim lock held."""
+
+    def __init__(
+        self,
+        settings: DriverSettings,
+        *,
+        store: RecordStore,
+        specs: cdi_store.SpecStore,
+        calls: Calls,
+        metrics: DriverMetrics,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.specs = specs
+        self.calls = calls
+        self.metrics = metrics
+
+    # ------------------------------------------------------------------ prepare
+
+    async def prepare_fresh(self, ref: ClaimRef) -> ClaimRecord:
+        """none → PrepareStarted → FinalizerAdded → DevicePrepared… → SpecWritten → Completed."""
+        claim = await self.calls.get_claim(ref)
+        allocated = source.select_allocation(
+            claim, ref, driver=self.settings.driver_name, pool=self.settings.pool_name
+        )
+        assert claim is not None
+        if claim.get("metadata", {}).get("deletionTimestamp"):
+            raise errors.ClaimError(
+                ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} is being deleted"
+            )
+        record = await self._record_intent(ref, self._device_records(ref.uid, allocated))
+        try:
+            if not await self.calls.add_finalizer(ref):
+                raise errors.ClaimError(
+                    ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} disappeared while preparing"
+                )
+            failpoints.hit(FP_AFTER_FINALIZER)
+            edits: list[cdi_spec.ContainerEdits] = []
+            for index, device in enumerate(record.devices):
+                result = await self.calls.prepare_device(ref, device)
+                # In memory first: a failure to record it still rolls back with it.
+                record = self._with_device_state(record, index, result.state)
+                await self.store.put(record)
+                failpoints.hit(FP_AFTER_DEVICE_RECORDED)
+                if result.edits.is_empty():
+                    raise errors.ClaimError(
+                        ref.uid, f"backend returned no container edits for device {device.device}"
+                    )
+                edits.append(result.edits)
+            failpoints.hit(FP_AFTER_BACKEND_PREPARE)
+            document = self._build_spec(ref, record.devices, edits)
+            self.specs.write(ref.uid, document)
+            failpoints.hit(FP_AFTER_SPEC)
+            completed = await self.store.put(
+                record.with_state(ClaimState.PREPARE_COMPLETED, cdi_spec=document)
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # ``record`` holds every state the backend returned so far, recorded or not;
+            # a device without one never returned from ``prepare`` in this process.
+            try:
+                await self.teardown(record, reason=f"prepare failed: {exc}", in_process=True)
+            except (asyncio.CancelledError, errors.IrreversibleError):
+                raise
+            except Exception as undo:  # noqa: BLE001 - reported in the claim's answer
+                raise errors.ClaimError(
+                    ref.uid,
+                    f"prepare failed: {exc}; its rollback could not finish ({undo}) and is "
+                    "finished by the next call or start",
+                ) from exc
+            if isinstance(exc, errors.ClaimError | errors.TemporaryError):
+                raise
+            raise errors.ClaimError(
+                ref.uid, f"prepare failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        log.info(
+            "prepared",
+            extra={
+                "claim_uid": ref.uid,
+                "claim": f"{ref.namespace}/{ref.name}",
+                "devices": [d.device for d in completed.devices],
+            },
+        )
+        return completed
+
+    async def _record_intent(self, ref: ClaimRef, devices: tuple[DeviceRecord, ...]) -> ClaimRecord:
+        # Intent first: the record says the finalizer may be on the claim before it is
+        # added, so any failure or crash from here on ends in a teardown that removes it.
+        started = ClaimRecord(
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            state=ClaimState.PREPARE_STARTED,
+            devices=devices,
+            finalizer_added=True,
+            boot_id=self.store.boot_id,
+            updated_at=now_stamp(),
+        )
+
+        def record_intent(cp: Checkpoint) -> Checkpoint:
+            self._check_exclusive(ref, devices, cp)
+            return cp.with_claim(started)
+
+        try:
+            await self.store.update(record_intent)
+        except asyncio.CancelledError:
+            raise
+        except errors.ClaimError:
+            raise
+        except Exception:
+            # The write may have failed after its rename (EIO on the directory fsync):
+            # take the intent back so the claim's error leaves the node as it was.
+            try:
+                await self.store.drop(ref.uid)
+            except Exception:  # noqa: BLE001 - the record, if any, is rolled back later
+                log.warning("could not take back a prepare intent", extra={"claim_uid": ref.uid})
+            raise
+        failpoints.hit(FP_AFTER_STARTED)
+        return started
+
+    @staticmethod
+    def _with_device_state(
+        record: ClaimRecord, index: int, state: Mapping[str, Any]
+    ) -> ClaimRecord:
+        devices = list(record.devices)
+        devices[index] = devices[index].with_prepared_state(state)
+        return replace(record, devices=tuple(devices), updated_at=now_stamp())
+
+    def _device_records(
+        self, uid: str, allocated: Sequence[AllocatedDevice]
+    ) -> tuple[DeviceRecord, ...]:
+        by_device: dict[tuple[str, str, str], DeviceRecord] = {}
+        for a in allocated:
+            key = (a.pool, a.device, a.share_id)
+            seen = by_device.get(key)
+            names = tuple(sorted({a.request, *(seen.request_names if seen else ())}))
+            by_device[key] = DeviceRecord(
+                pool=a.pool,
+                device=a.device,
+                request_names=names,
+                cdi_device_ids=(f"{self.settings.cdi_kind}={_cdi_device_name(uid, a)}",),
+                admin_access=a.admin_access or bool(seen and seen.admin_access),
+                share_id=a.share_id,
+                backend_state={"config": list(a.config)} if a.config else {},
+            )
+        return tuple(by_device.values())
+
+    @staticmethod
+    def _check_exclusive(ref: ClaimRef, devices: Sequence[DeviceRecord], cp: Checkpoint) -> None:
+        for d in devices:
+            if d.admin_access:
+                continue  # admin access observes a device without owning it
+            holder = cp.holder_of(d.pool, d.device, share_id=d.share_id)
+            if holder is not None and holder.uid != ref.uid:
+                raise errors.DeviceBusyError(
+                    ref.uid, device=f"{d.pool}/{d.device}", holder_uid=holder.uid
+                )
+
+    def _build_spec(
+        self,
+        ref: ClaimRef,
+        devices: Sequence[DeviceRecord],
+        edits: Sequence[cdi_spec.ContainerEdits],
+    ) -> dict[str, Any]:
+        spec = cdi_spec.Spec(
+            kind=self.settings.cdi_kind,
+            devices=tuple(
+                cdi_spec.CDIDevice(name=_cdi_device_name(ref.uid, d), container_edits=e)
+                for d, e in zip(devices, edits, strict=True)
+            ),
+        )
+        return cdi_spec.to_json(spec)
+
+    def rewrite_spec(self, record: ClaimRecord) -> bool:
+        """Rewrite a prepared claim's spec if it vanished (a reboot clears /var/run/cdi)."""
+        if record.cdi_spec is None or self.specs.exists(record.uid):
+            return False
+        self.specs.write(record.uid, dict(record.cdi_spec))
+        log.warning(
+            "CDI spec was missing; rewrote it from the checkpoint", extra={"claim_uid": record.uid}
+        )
+        return True
+
+    async def survives_reboot(self, record: ClaimRecord) -> bool:
+        results = [
+            await self.calls.backend.survives_reboot(allocated(d), d.prepared_state)
+            for d in record.devices
+        ]
+        return all(results)
+
+    # ------------------------------------------------------------------ teardown
+
+    async def teardown(self, record: ClaimRecord, *, reason: str, in_process: bool = False) -> None:
+        """Undo whatever a record says may have happened; ends with the record gone.
+
+        PrepareStarted/Completed → UnprepareStarted → SpecRemoved → DevicesReleased →
+        (Released while the finalizer stays) → gone. A rollback of a prepare that never
+        completed goes on even when its UnprepareStarted cannot be written (disk full):
+        the PrepareStarted record on disk already says "roll back", so the spec and the
+        devices go now and whatever record remains is finished by the next call or start.
+        """
+        ref = ref_of(record)
+        if record.state in (ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED):
+            try:
+                record = await self.store.put(record.with_state(ClaimState.UNPREPARE_STARTED))
+            except asyncio.CancelledError:
+                raise
+            except OSError:
+                if record.state == ClaimState.PREPARE_COMPLETED:
+                    raise
+                record = record.with_state(ClaimState.UNPREPARE_STARTED)
+                log.warning("rolling back without a durable UnprepareStarted", exc_info=True)
+            failpoints.hit(FP_AFTER_UNPREPARE_STARTED)
+        if record.state == ClaimState.UNPREPARE_STARTED:
+            # The spec goes first: no container may start with a device being released.
+            self.specs.remove(record.uid)
+            for device in record.devices:
+                await self._release(ref, record, device, ask_backend=not in_process)
+            failpoints.hit(FP_AFTER_RELEASE)
+        if record.finalizer_added:
+            try:
+                removed = await self.calls.remove_finalizer(ref)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any API failure only delays the removal
+                log.warning(
+                    "could not remove finalizer yet (%s); will retry",
+                    exc,
+                    extra={"claim_uid": record.uid},
+                )
+                removed = False
+            if not removed:
+                if record.state != ClaimState.RELEASED:
+                    await self.store.put(record.with_state(ClaimState.RELEASED))
+                return
+            failpoints.hit(FP_AFTER_FINALIZER_REMOVED)
+        await self.store.drop(record.uid)
+        log.info(
+            "unprepared (%s)",
+            reason,
+            extra={"claim_uid": record.uid, "claim": f"{record.namespace}/{record.name}"},
+        )
+
+    async def _release(
+        self, ref: ClaimRef, record: ClaimRecord, device: DeviceRecord, *, ask_backend: bool
+    ) -> None:
+        if ask_backend and not device.prepared and record.cdi_spec is None:
+            device = await self._recover_state(ref, device)
+        try:
+            await self.calls.release_device(ref, device)
+        except (asyncio.CancelledError, errors.IrreversibleError):
+            raise
+        except Exception as exc:
+            raise errors.ClaimError(
+                record.uid, f"releasing device {device.device} failed: {exc}; will retry"
+            ) from exc
+
+    async def _recover_state(self, ref: ClaimRef, device: DeviceRecord) -> DeviceRecord:
+        """A crash (or a failed write) came between ``prepare`` returning and its state
+        being recorded: ask again. ``prepare`` is idempotent by contract, so a held device
+        answers with the state it holds; a device it cannot prepare is not held."""
+        try:
+            result = await self.calls.prepare_device(ref, device)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a device that cannot be prepared is not held
+            return device
+        return device.with_prepared_state(result.state)
+
+    async def unprepare_from_proof(self, ref: ClaimRef) -> None:
+        """Fail-closed unprepare: the CDI dir and the backend prove what was prepared.
+
+        Without a trusted record, each held device's state is asked of the backend again
+        (``prepare`` is idempotent by contract) with the allocation and config the API
+        still has, so ``release`` gets what it handed out. The kubelet's request names the
+        claim, so its finalizer goes too once nothing is held any more; otherwise the
+        ResourceClaim could never be deleted.
+        """
+        self.specs.remove(ref.uid)
+        in_use = await self.calls.backend.devices_in_use()
+        held = sorted(device for device, holder in in_use.items() if holder == ref.uid)
+        records = {d.device: d for d in await self._allocation_if_known(ref)}
+        for device in held:
+            record = records.get(device)
+            if record is None:
+                await self.calls.release_unrecorded(ref, self.settings.pool_name, device)
+            else:
+                await self.calls.release_device(ref, await self._recover_state(ref, record))
+        if not await self.calls.remove_finalizer(ref):
+            raise errors.ClaimError(ref.uid, "could not remove the claim's finalizer; will retry")
+
+    async def _allocation_if_known(self, ref: ClaimRef) -> tuple[DeviceRecord, ...]:
+        try:
+            claim = await self.calls.get_claim(ref)
+            allocated = source.select_allocation(
+                claim,
+                ref,
+                driver=self.settings.driver_name,
+                pool=self.settings.pool_name,
+                require_reserved=False,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - gone or unreachable: release without a state
+            return ()
+        return self._device_records(ref.uid, allocated)
+
+    # ------------------------------------------------------------------ repairs
+
+    async def release_orphan(self, device: str, holder_uid: str) -> bool:
+        """Release a device the backend holds for a claim with no record holding it."""
+        record = self.store.load().claims.get(holder_uid)
+        if (
+            record is not None
+            and record.holds_devices
+            and any(d.device == device for d in record.devices)
+        ):
+            return False
+        if (await self.calls.backend.devices_in_use()).get(device) != holder_uid:
+            return False
+        ref = ClaimRef(ClaimUID(holder_uid), "", "")
+        await self.calls.release_unrecorded(ref, self.settings.pool_name, device)
+        return True
+
+    async def restore_finalizer(self, uid: str) -> bool:
+        record = self.store.load().claims.get(uid)
+        if record is None or record.state != ClaimState.PREPARE_COMPLETED:
+            return False
+        await self.calls.add_finalizer(ref_of(record))
+        if not record.finalizer_added:
+            await self.store.put(replace(record, finalizer_added=True))
+        return True
+
+    async def remove_foreign_finalizer(self, ref: ClaimRef) -> bool:
+        if ref.uid in self.store.load().claims:
+            return False
+        await self.calls.remove_finalizer(ref)
+        return True
+
+    def stamp(self, checkpoint: Checkpoint, revalidated: Mapping[str, ClaimRecord]) -> Checkpoint:
+        """Mark claims revalidated after a reboot, in one write for all of them.
+
+        A record changed since it was revalidated (another instance unprepared it) is
+        left alone; a record still unstamped is simply revalidated again next start.
+        """
+        claims = dict(checkpoint.claims)
+        for uid, record in revalidated.items():
+            if claims.get(uid) == record:
+                claims[uid] = replace(record, boot_id=self.store.boot_id, updated_at=now_stamp())
+        return replace(checkpoint, claims=claims)

@@ -1,0 +1,71 @@
+"""Prepare slots shared fairly across calls, so no call can starve another.
+
+A call carrying 20,000 claims and one carrying a single claim both queue for the same
+``max_parallel_claims`` slots; a freed slot goes to the calls in turn (round robin), not
+to whichever claim queued first. So the one-claim call waits for at most one slot per
+call ahead of it, however many claims those calls carry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import AsyncIterator
+
+__all__ = ["FairSlots"]
+
+
+class FairSlots:
+    def __init__(self, slots: int) -> None:
+        self._free = max(1, slots)
+        self._waiting: dict[object, collections.deque[asyncio.Future[None]]] = {}
+        self._turns: collections.deque[object] = collections.deque()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, call: object) -> AsyncIterator[None]:
+        await self._acquire(call)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, call: object) -> None:
+        if self._free > 0 and not self._turns:
+            self._free -= 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._waiting.get(call)
+        if queue is None:
+            queue = self._waiting[call] = collections.deque()
+            self._turns.append(call)
+        queue.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._release()  # handed a slot just as it was cancelled: pass it on
+            else:
+                queue.remove(future)
+                if not queue:
+                    self._forget(call)
+            raise
+
+    def _forget(self, call: object) -> None:
+        self._waiting.pop(call, None)
+        with contextlib.suppress(ValueError):
+            self._turns.remove(call)
+
+    def _release(self) -> None:
+        while self._turns:
+            call = self._turns.popleft()
+            queue = self._waiting[call]
+            future = queue.popleft()
+            if queue:
+                self._turns.append(call)
+            else:
+                del self._waiting[call]
+            if not future.done():
+                future.set_result(None)
+                return
+        self._free += 1

@@ -1,0 +1,120 @@
+"""Read what is true now, changing nothing: records, CDI specs, the backend, the API.
+
+``take_snapshot`` reads the whole node (recovery at start, ``dralet audit``);
+``ClaimView`` is one claim's slice of it, read again under the claim's lock before the
+engine acts. Fail-closed status and the current boot ID travel in the snapshot, so the
+planner decides on them like on anything else it observes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dralet import errors
+from dralet.cdi import store as cdi_store
+from dralet.checkpoint import store as checkpoint_store
+from dralet.checkpoint.model import Checkpoint, ClaimRecord
+from dralet.node.backend import DeviceBackend
+from dralet.node.settings import DriverSettings
+
+__all__ = ["ClaimLister", "ClaimView", "Mode", "NodeSnapshot", "read_boot_id", "take_snapshot"]
+
+
+class ClaimLister(Protocol):
+    async def list_claims(self) -> Sequence[Mapping[str, Any]]:
+        """Every ResourceClaim in the cluster (all namespaces), as JSON dicts."""
+        ...
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    driver: str
+    pool: str
+    cdi_kind: str
+    checkpoint: Checkpoint | None
+    checkpoint_error: str = ""
+    specs: Mapping[str, Mapping[str, Any] | str] = field(default_factory=dict)
+    """Claim UID → spec document, or the reason it could not be read/parsed."""
+    in_use: Mapping[str, str] | None = None
+    """Backend device → claim UID; None when the backend was not consulted."""
+    claims: Sequence[Mapping[str, Any]] | None = None
+    """ResourceClaims from the API; None when the API was not consulted."""
+    boot_id: str = ""
+    """The node's boot ID now; empty when unknown (no reboot is assumed)."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    """Serving (``fail_closed`` empty) or failing closed: the checkpoint is not trusted,
+    new prepares are refused, unprepare works from what the CDI dir and backend prove."""
+
+    fail_closed: str = ""
+
+
+@dataclass(frozen=True)
+class ClaimView:
+    """One claim as observed under its lock."""
+
+    uid: str
+    record: ClaimRecord | None
+    spec_present: bool
+    boot_id: str = ""
+    fail_closed: str = ""
+
+    @property
+    def rebooted(self) -> bool:
+        record = self.record
+        return (
+            record is not None
+            and bool(record.boot_id)
+            and bool(self.boot_id)
+            and record.boot_id != self.boot_id
+        )
+
+
+def read_boot_id(settings: DriverSettings) -> str:
+    try:
+        return settings.boot_id_path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _read_specs(store: cdi_store.SpecStore) -> dict[str, Mapping[str, Any] | str]:
+    specs: dict[str, Mapping[str, Any] | str] = {}
+    for spec_file in store.scan():
+        try:
+            specs[spec_file.claim_uid] = json.loads(spec_file.path.read_text())
+        except (OSError, ValueError) as exc:
+            specs[spec_file.claim_uid] = f"unreadable: {exc}"
+    return specs
+
+
+async def take_snapshot(
+    settings: DriverSettings,
+    *,
+    backend: DeviceBackend | None = None,
+    claims: ClaimLister | None = None,
+    checkpoint: Checkpoint | None = None,
+) -> NodeSnapshot:
+    """Everything the planner needs about the node; ``checkpoint`` skips reading it again."""
+    store = cdi_store.SpecStore(settings.cdi_dir, settings.cdi_kind)
+    checkpoint_error = ""
+    if checkpoint is None:
+        try:
+            checkpoint = checkpoint_store.CheckpointStore(settings.checkpoint_path).load()
+        except errors.CheckpointCorruptError as exc:
+            checkpoint_error = str(exc)
+    return NodeSnapshot(
+        driver=settings.driver_name,
+        pool=settings.pool_name,
+        cdi_kind=settings.cdi_kind,
+        checkpoint=checkpoint,
+        checkpoint_error=checkpoint_error,
+        specs=_read_specs(store),
+        in_use=dict(await backend.devices_in_use()) if backend is not None else None,
+        claims=list(await claims.list_claims()) if claims is not None else None,
+        boot_id=read_boot_id(settings),
+    )

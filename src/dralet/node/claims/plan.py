@@ -1,0 +1,361 @@
+"""The planner: what to do about a claim (or the whole node), from an observation. Pure.
+
+Prepare, unprepare, recovery at start, stale-claim cleanup, fail-closed handling and
+``dralet audit`` all decide here. A ``Finding`` of ``dralet audit`` is a planned step
+that was not executed: its ``action`` is what ``--fix`` (and, for ``by="start"`` and
+``by="cleanup"``, the next start or the stale-claim loop) executes through the engine.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dralet.cdi import names as cdi_names
+from dralet.cdi import spec as cdi_spec
+from dralet.checkpoint.model import ClaimRecord, ClaimState
+from dralet.node.backend import ClaimRef, ClaimUID
+from dralet.node.claims import source
+from dralet.node.claims.observe import ClaimView, NodeSnapshot
+
+__all__ = [
+    "Action",
+    "Finding",
+    "plan_node",
+    "plan_prepare",
+    "plan_settle",
+    "plan_unprepare",
+]
+
+
+class Action(enum.StrEnum):
+    """A step the engine can execute (``Engine.run_step``)."""
+
+    ROLL_BACK = "roll-back"
+    FINISH_UNPREPARE = "finish-unprepare"
+    RETRY_FINALIZER_REMOVAL = "retry-finalizer-removal"
+    REWRITE_SPEC = "rewrite-spec"
+    REVALIDATE = "revalidate-after-reboot"
+    REMOVE_ORPHAN_SPEC = "remove-orphan-spec"
+    RELEASE_ORPHAN_DEVICE = "release-orphan-device"
+    UNPREPARE_STALE = "unprepare-stale"
+    RESTORE_FINALIZER = "restore-finalizer"
+    REMOVE_FOREIGN_FINALIZER = "remove-foreign-finalizer"
+    RESET_CHECKPOINT = "reset-checkpoint"
+    # Only on the RPC paths:
+    PREPARE = "prepare"
+    ANSWER_PREPARED = "answer-prepared"
+    REFUSE = "refuse"
+    UNPREPARE = "unprepare"
+    UNPREPARE_FROM_PROOF = "unprepare-from-proof"
+
+
+BY_START = "start"
+BY_CLEANUP = "cleanup"
+BY_FIX = "fix"
+_BY: dict[Action, str] = {
+    Action.ROLL_BACK: BY_START,
+    Action.FINISH_UNPREPARE: BY_START,
+    Action.RETRY_FINALIZER_REMOVAL: BY_START,
+    Action.REWRITE_SPEC: BY_START,
+    Action.REVALIDATE: BY_START,
+    Action.REMOVE_ORPHAN_SPEC: BY_START,
+    Action.RELEASE_ORPHAN_DEVICE: BY_START,
+    Action.RESET_CHECKPOINT: BY_START,
+    Action.UNPREPARE_STALE: BY_CLEANUP,
+    Action.RESTORE_FINALIZER: BY_FIX,
+    Action.REMOVE_FOREIGN_FINALIZER: BY_FIX,
+}
+_REPAIR_TEXT: dict[Action, str] = {
+    Action.ROLL_BACK: "roll back (release devices, remove spec)",
+    Action.FINISH_UNPREPARE: "finish the unprepare",
+    Action.RETRY_FINALIZER_REMOVAL: "remove the finalizer",
+    Action.REWRITE_SPEC: "rewrite the spec from the checkpoint",
+    Action.REVALIDATE: "revalidate the devices after the reboot",
+    Action.REMOVE_ORPHAN_SPEC: "remove the spec file",
+    Action.RELEASE_ORPHAN_DEVICE: "release the device",
+    Action.UNPREPARE_STALE: "unprepare the claim",
+    Action.RESTORE_FINALIZER: "add the finalizer",
+    Action.REMOVE_FOREIGN_FINALIZER: "remove the finalizer",
+    Action.RESET_CHECKPOINT: "reset the checkpoint (nothing is prepared; a copy is kept)",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    """What is inconsistent: ``corrupt-checkpoint``, ``orphan-spec``, ``invalid-spec``,
+    ``missing-spec``, ``half-prepared``, ``half-unprepared``, ``finalizer-pending``,
+    ``not-revalidated``, ``device-held-twice``, ``orphan-device``, ``device-not-held``,
+    ``claim-gone``, ``claim-replaced``, ``claim-moved``, ``claim-deleted-unused``,
+    ``prepared-without-finalizer``, ``finalizer-without-claim``."""
+    subject: str
+    """The claim UID, device (``pool/device`` or backend name) or ``checkpoint``."""
+    message: str
+    """One sentence for a person."""
+    repair: str = ""
+    """What ``--fix`` does about it; empty when it needs a person."""
+    namespace: str = ""
+    name: str = ""
+    action: str = ""
+    """The planned ``Action`` (empty: needs a person)."""
+    by: str = ""
+    """Who repairs it unasked: ``start``, ``cleanup`` (stale-claim loop) or ``fix`` only."""
+
+
+def _finding(kind: str, subject: str, message: str, action: Action | None, **extra: str) -> Finding:
+    if action is None:
+        return Finding(kind, subject, message, **extra)
+    return Finding(
+        kind, subject, message, _REPAIR_TEXT[action], action=action.value, by=_BY[action], **extra
+    )
+
+
+# ------------------------------------------------------------------ one claim, under its lock
+
+
+def plan_settle(view: ClaimView) -> list[Action]:
+    """What recovery does about one recorded claim (also the start of every RPC path)."""
+    record = view.record
+    if record is None:
+        return [Action.REMOVE_ORPHAN_SPEC] if view.spec_present else []
+    if record.state == ClaimState.PREPARE_STARTED:
+        return [Action.ROLL_BACK]
+    if record.state == ClaimState.UNPREPARE_STARTED:
+        return [Action.FINISH_UNPREPARE]
+    if record.state == ClaimState.RELEASED:
+        return [Action.RETRY_FINALIZER_REMOVAL]
+    if view.rebooted:
+        return [Action.REVALIDATE]
+    if not view.spec_present and record.cdi_spec is not None:
+        return [Action.REWRITE_SPEC]
+    return []
+
+
+def plan_prepare(view: ClaimView) -> list[Action]:
+    record = view.record
+    if record is not None and record.state == ClaimState.PREPARE_COMPLETED:
+        steps = [] if view.spec_present or record.cdi_spec is None else [Action.REWRITE_SPEC]
+        return [*steps, Action.ANSWER_PREPARED]
+    steps = plan_settle(view)
+    return [*steps, Action.REFUSE if view.fail_closed else Action.PREPARE]
+
+
+def plan_unprepare(view: ClaimView) -> list[Action]:
+    if view.fail_closed:
+        return [Action.UNPREPARE_FROM_PROOF]
+    if view.record is None:
+        return [Action.REMOVE_ORPHAN_SPEC] if view.spec_present else []
+    return [Action.UNPREPARE]
+
+
+# ------------------------------------------------------------------ the whole node
+
+
+def _spec_action(record: ClaimRecord | None) -> Action | None:
+    if record is None:
+        return Action.REMOVE_ORPHAN_SPEC
+    if record.state == ClaimState.PREPARE_COMPLETED:
+        return Action.REWRITE_SPEC if record.cdi_spec is not None else None
+    # The interrupted work's own step (roll back, finish unprepare) removes the spec.
+    return next(iter(plan_settle(ClaimView(record.uid, record, spec_present=True))), None)
+
+
+def _spec_problem(
+    uid: str, document: Mapping[str, Any] | str, *, cdi_kind: str, record: ClaimRecord | None
+) -> str | None:
+    if isinstance(document, str):
+        return f"CDI spec for claim {uid} is {document}"
+    try:
+        parsed = cdi_spec.from_json(document)
+    except (cdi_spec.CDISpecError, cdi_names.CDINameError) as exc:
+        return f"CDI spec for claim {uid} is invalid: {exc}"
+    if parsed.kind != cdi_kind:
+        return f"CDI spec for claim {uid} has kind {parsed.kind}, not {cdi_kind}"
+    if record is not None and record.state == ClaimState.PREPARE_COMPLETED:
+        defined = set(parsed.qualified_names())
+        missing = sorted({i for d in record.devices for i in d.cdi_device_ids} - defined)
+        if missing:
+            return (
+                f"CDI spec for claim {uid} does not define {', '.join(missing)} "
+                "(the CDI devices the kubelet was given)"
+            )
+    return None
+
+
+def _corrupt_checkpoint(snapshot: NodeSnapshot) -> Finding:
+    in_use = snapshot.in_use or {}
+    if snapshot.specs or in_use:
+        message = (
+            f"{snapshot.checkpoint_error}; {len(snapshot.specs)} CDI specs and "
+            f"{len(in_use)} backend devices in use prove claims are prepared: "
+            "the driver fails closed"
+        )
+        return _finding("corrupt-checkpoint", "checkpoint", message, None)
+    found = _finding(
+        "corrupt-checkpoint", "checkpoint", snapshot.checkpoint_error, Action.RESET_CHECKPOINT
+    )
+    if snapshot.in_use is None:
+        repair = "reset the checkpoint if the backend holds no device (a copy is kept)"
+        return Finding(**{**found.__dict__, "repair": repair})
+    return found
+
+
+_RECORD_FINDINGS: dict[Action, tuple[str, str]] = {
+    Action.ROLL_BACK: ("half-prepared", "prepare never completed"),
+    Action.FINISH_UNPREPARE: ("half-unprepared", "unprepare never completed"),
+    Action.RETRY_FINALIZER_REMOVAL: ("finalizer-pending", "released, finalizer not removed yet"),
+    Action.REVALIDATE: ("not-revalidated", "prepared before a reboot, not revalidated since"),
+}
+
+
+def plan_node(snapshot: NodeSnapshot) -> list[Finding]:
+    """Every inconsistency in ``snapshot`` with the step that repairs it, in a stable order."""
+    if snapshot.checkpoint is None:
+        return [_corrupt_checkpoint(snapshot)]
+    found: list[Finding] = []
+    records = snapshot.checkpoint.claims
+    for uid, document in sorted(snapshot.specs.items()):
+        record = records.get(uid)
+        problem = _spec_problem(uid, document, cdi_kind=snapshot.cdi_kind, record=record)
+        if problem is not None:
+            found.append(_finding("invalid-spec", uid, problem, _spec_action(record)))
+        if record is None:
+            found.append(
+                _finding(
+                    "orphan-spec",
+                    uid,
+                    f"CDI spec for claim {uid} has no checkpoint record",
+                    Action.REMOVE_ORPHAN_SPEC,
+                )
+            )
+    holders: dict[tuple[str, str, str], list[str]] = {}
+    for uid, record in sorted(records.items()):
+        where = f"{record.namespace}/{record.name}"
+        view = ClaimView(uid, record, spec_present=uid in snapshot.specs, boot_id=snapshot.boot_id)
+        for action in plan_settle(view):
+            if action in _RECORD_FINDINGS:
+                kind, what = _RECORD_FINDINGS[action]
+                found.append(_finding(kind, uid, f"claim {where}: {what}", action))
+        if record.state == ClaimState.PREPARE_COMPLETED and uid not in snapshot.specs:
+            found.append(
+                _finding(
+                    "missing-spec",
+                    uid,
+                    f"prepared claim {where} has no CDI spec",
+                    Action.REWRITE_SPEC if record.cdi_spec is not None else None,
+                )
+            )
+        if record.holds_devices:
+            for d in record.devices:
+                if not d.admin_access:
+                    holders.setdefault((d.pool, d.device, d.share_id), []).append(uid)
+    for (pool, device, _), uids in sorted(holders.items()):
+        if len(uids) > 1:
+            found.append(
+                _finding(
+                    "device-held-twice",
+                    f"{pool}/{device}",
+                    f"device {pool}/{device} is recorded for claims {', '.join(uids)}",
+                    None,
+                )
+            )
+    if snapshot.in_use is not None:
+        found.extend(_backend_findings(snapshot, records, holders))
+    if snapshot.claims is not None:
+        found.extend(_api_findings(snapshot, records))
+    return found
+
+
+def _backend_findings(
+    snapshot: NodeSnapshot,
+    records: Mapping[str, ClaimRecord],
+    holders: Mapping[tuple[str, str, str], list[str]],
+) -> list[Finding]:
+    assert snapshot.in_use is not None
+    found: list[Finding] = []
+    recorded = {
+        (device, uid)
+        for (pool, device, _), uids in holders.items()
+        for uid in uids
+        if pool == snapshot.pool
+    }
+    for device, uid in sorted(snapshot.in_use.items()):
+        if (device, uid) not in recorded:
+            found.append(
+                _finding(
+                    "orphan-device",
+                    device,
+                    f"device {device} is in use by claim {uid} with no checkpoint record",
+                    Action.RELEASE_ORPHAN_DEVICE,
+                )
+            )
+    for device, uid in sorted(recorded):
+        record = records[uid]
+        if record.state == ClaimState.PREPARE_COMPLETED and snapshot.in_use.get(device) != uid:
+            found.append(
+                _finding(
+                    "device-not-held",
+                    device,
+                    f"claim {uid} is recorded as prepared but the backend does not hold {device}",
+                    None,
+                )
+            )
+    return found
+
+
+def _api_findings(snapshot: NodeSnapshot, records: Mapping[str, ClaimRecord]) -> list[Finding]:
+    assert snapshot.claims is not None
+    found: list[Finding] = []
+    finalizer = source.finalizer_name(snapshot.driver)
+    by_name = {
+        (c.get("metadata", {}).get("namespace", ""), c.get("metadata", {}).get("name", "")): c
+        for c in snapshot.claims
+    }
+    for uid, record in sorted(records.items()):
+        claim = by_name.get((record.namespace, record.name))
+        stale = source.staleness(
+            claim,
+            ClaimRef(ClaimUID(uid), record.namespace, record.name),
+            driver=snapshot.driver,
+            pool=snapshot.pool,
+        )
+        if stale is not None:
+            found.append(
+                _finding(f"claim-{stale.kind}", uid, stale.message, Action.UNPREPARE_STALE)
+            )
+            continue
+        assert claim is not None
+        has_finalizer = finalizer in (claim.get("metadata", {}).get("finalizers") or [])
+        if record.state == ClaimState.PREPARE_COMPLETED and not has_finalizer:
+            found.append(
+                _finding(
+                    "prepared-without-finalizer",
+                    uid,
+                    f"prepared claim {record.namespace}/{record.name} lacks the "
+                    f"{finalizer} finalizer",
+                    Action.RESTORE_FINALIZER,
+                )
+            )
+    for (namespace, name), claim in sorted(by_name.items()):
+        uid = claim.get("metadata", {}).get("uid", "")
+        if finalizer in (claim.get("metadata", {}).get("finalizers") or []) and uid not in records:
+            found.append(
+                _finding(
+                    "finalizer-without-claim",
+                    uid,
+                    f"ResourceClaim {namespace}/{name} carries {finalizer} "
+                    "but is not prepared here",
+                    Action.REMOVE_FOREIGN_FINALIZER,
+                    namespace=namespace,
+                    name=name,
+                )
+            )
+    return found
+
+
+def steps_of(findings: Sequence[Finding], *, by: frozenset[str]) -> list[Finding]:
+    """The findings whose step the given repairers execute."""
+    return [f for f in findings if f.action and f.by in by]

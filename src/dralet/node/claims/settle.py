@@ -1,0 +1,261 @@
+"""Node-wide work through the planner: recovery at start, stale-claim cleanup, audit --fix.
+
+All three take a snapshot, plan with ``plan.plan_node`` (the same plan ``dralet audit``
+prints), and execute each claim's steps under that claim's lock after observing it
+again there (``ClaimEngine.observe``): another driver instance may have moved it on.
+
+Recovery is per claim: a claim whose step fails (disk full, read-only CDI dir, I/O
+error) stays recorded and is retried with backoff while the driver serves; nothing a
+single claim does makes the process exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from dralet import errors, fsutil
+from dralet.checkpoint.model import ClaimRecord, ClaimState
+from dralet.node.backend import ClaimRef, ClaimUID
+from dralet.node.claims import plan, source
+from dralet.node.claims.observe import Mode, take_snapshot
+
+if TYPE_CHECKING:
+    from dralet.node.claims.engine import ClaimEngine
+
+__all__ = ["RecoveryReport", "collect_stale", "fix", "recover"]
+
+log = logging.getLogger("dralet.node.claims")
+
+RETRY_MAX = 60.0
+
+
+@dataclass
+class RecoveryReport:
+    """What recovery at start (or ``dralet audit --fix``) did, by kind of action."""
+
+    actions: list[tuple[str, str]] = field(default_factory=list)
+    fail_closed: str = ""
+    deferred: list[tuple[str, str]] = field(default_factory=list)
+    """Claims whose recovery step failed, with why; they are retried in the background."""
+
+    def add(self, action: str, subject: str) -> None:
+        if action:
+            self.actions.append((action, subject))
+
+    def count(self, action: str) -> int:
+        return sum(1 for a, _ in self.actions if a == action)
+
+
+async def recover(engine: ClaimEngine, *, retry_later: bool = True) -> RecoveryReport:
+    """Repair what ``plan_node`` marks ``by="start"``; claim by claim, never aborting."""
+    report = RecoveryReport()
+    try:
+        fsutil.ensure_private_dir(engine.settings.plugin_dir)
+        engine.specs.ensure_dir()
+        for stray in engine.specs.stray_temp_files():
+            stray.unlink(missing_ok=True)
+            report.add("temp-file-removed", stray.name)
+    except OSError as exc:
+        log.error("cannot tidy the driver's directories yet: %s", exc)  # noqa: TRY400
+    try:
+        checkpoint = engine.store.load()
+    except errors.CheckpointCorruptError as exc:
+        return await _recover_corrupt(engine, exc, report)
+    snapshot = await take_snapshot(engine.settings, backend=engine.backend, checkpoint=checkpoint)
+    findings = plan.steps_of(plan.plan_node(snapshot), by=frozenset({plan.BY_START}))
+    await _execute(engine, findings, report)
+    after = engine.store.load()
+    if after.boot_id != engine.store.boot_id and after.claims:
+        # A new value is saved: that stamps the checkpoint with this boot's ID.
+        await _try(
+            engine, report, "checkpoint", lambda: engine.store.update(lambda cp: replace(cp))
+        )
+    for action, _ in report.actions:
+        engine.metrics.recovery_actions.labels(action).inc()
+    if report.deferred and retry_later:
+        engine.work.spawn("recovery-retry", _retry_forever(engine))
+    return report
+
+
+async def _try(engine: ClaimEngine, report: RecoveryReport, subject: str, step: object) -> bool:
+    try:
+        await step()  # type: ignore[operator]
+    except (asyncio.CancelledError, errors.IrreversibleError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - one claim's failure never stops the others
+        log.error("recovery of %s deferred: %s", subject, exc)  # noqa: TRY400 - no traceback
+        report.deferred.append((subject, str(exc)))
+        engine.pending_recovery.add(subject)
+        return False
+    engine.pending_recovery.discard(subject)
+    return True
+
+
+async def _execute(
+    engine: ClaimEngine, findings: Sequence[plan.Finding], report: RecoveryReport
+) -> None:
+    revalidated: dict[str, ClaimRecord] = {}
+    for finding in findings:
+        action = plan.Action(finding.action)
+
+        async def one(finding: plan.Finding = finding, action: plan.Action = action) -> None:
+            report.add(*await _run_finding(engine, finding, action, revalidated))
+
+        await _try(engine, report, finding.subject, one)
+    if revalidated:
+        await _try(
+            engine,
+            report,
+            "checkpoint",
+            lambda: engine.store.update(lambda cp: engine.steps.stamp(cp, revalidated)),
+        )
+
+
+async def _run_finding(
+    engine: ClaimEngine,
+    finding: plan.Finding,
+    action: plan.Action,
+    revalidated: dict[str, ClaimRecord],
+) -> tuple[str, str]:
+    if action is plan.Action.RELEASE_ORPHAN_DEVICE:
+        holder = (await engine.backend.devices_in_use()).get(finding.subject, "")
+        if not holder:
+            return "", ""
+        async with engine.store.claim_lock(holder):
+            released = await engine.steps.release_orphan(finding.subject, holder)
+        if not released:
+            return "", ""
+        return "orphan-device-released", f"{finding.subject} (claim {holder})"
+    if action is plan.Action.REMOVE_FOREIGN_FINALIZER:
+        ref = ClaimRef(ClaimUID(finding.subject), finding.namespace, finding.name)
+        async with engine.store.claim_lock(ref.uid):
+            done = await engine.steps.remove_foreign_finalizer(ref)
+        return ("foreign-finalizer-removed", ref.uid) if done else ("", "")
+    if action is plan.Action.RESTORE_FINALIZER:
+        async with engine.store.claim_lock(finding.subject):
+            done = await engine.steps.restore_finalizer(finding.subject)
+        return ("finalizer-restored", finding.subject) if done else ("", "")
+    if action is plan.Action.RESET_CHECKPOINT:
+        return "", ""  # only on a corrupt checkpoint: recover() decides with the backend
+    async with engine.store.claim_lock(finding.subject):
+        if finding.kind == "invalid-spec" and action is plan.Action.REWRITE_SPEC:
+            # Unlinked (as unprepare unlinks specs), then rewritten from the record.
+            engine.specs.remove(finding.subject)
+        view = engine.observe(finding.subject)
+        # Planned again under the lock: the finding may be out of date by now.
+        if action is plan.Action.UNPREPARE_STALE:
+            if view.record is None:
+                return "", ""
+        elif action not in plan.plan_settle(view):
+            return "", ""
+        if action is plan.Action.REVALIDATE and view.record is not None:
+            if await engine.steps.survives_reboot(view.record):
+                engine.steps.rewrite_spec(view.record)
+                revalidated[finding.subject] = view.record  # stamped in one write
+                return "revalidated-after-reboot", finding.subject
+            await engine.steps.teardown(view.record, reason="device state did not survive a reboot")
+            return "rolled-back-after-reboot", finding.subject
+        return await engine.run_step(action, view, reason=finding.message), finding.subject
+
+
+async def _retry_forever(engine: ClaimEngine) -> None:
+    delay = engine.settings.recovery_retry
+    while engine.pending_recovery:
+        await asyncio.sleep(delay)
+        report = await recover(engine, retry_later=False)
+        if not report.deferred:
+            log.info("deferred recovery finished")
+            return
+        delay = min(RETRY_MAX, delay * 2)
+
+
+async def _recover_corrupt(
+    engine: ClaimEngine, exc: errors.CheckpointCorruptError, report: RecoveryReport
+) -> RecoveryReport:
+    kept = engine.store.checkpoints.keep_aside()
+    engine.metrics.checkpoint_errors.labels("corrupt").inc()
+    specs = engine.specs.scan()
+    in_use = await engine.backend.devices_in_use()
+    if not specs and not in_use:
+        # Provably nothing is prepared on this node: starting empty loses nothing.
+        engine.store.checkpoints.reset()
+        engine.store.forget_cache()
+        report.add("corrupt-checkpoint-reset", f"{exc.reason} (copy kept at {kept})")
+        log.error(
+            "checkpoint was unusable (%s); nothing was prepared, so it was reset; copy at %s",
+            exc.reason,
+            kept,
+        )
+        return report
+    engine.mode = Mode(f"{exc} (copy kept at {kept}); {len(specs)} claims still have CDI specs")
+    report.fail_closed = engine.mode.fail_closed
+    log.error("failing closed: %s", engine.mode.fail_closed)
+    return report
+
+
+async def collect_stale(
+    engine: ClaimEngine, *, now: float | None = None, force: bool = False
+) -> list[str]:
+    """Unprepare claims whose ResourceClaim is gone, replaced or no longer ours.
+
+    A claim must look stale for ``stale_claim_grace`` seconds first: the kubelet
+    normally unprepares on its own, and this only covers what it lost track of.
+    Also retries pending finalizer removals. Returns the UIDs cleaned up.
+    """
+    if engine.fail_closed or isinstance(engine.calls.claims, source.NoClaimSource):
+        return []  # without the API, nothing can be proven stale
+    current = time.monotonic() if now is None else now
+    cleaned: list[str] = []
+    for uid, record in sorted(engine.store.load().claims.items()):
+        if record.state == ClaimState.RELEASED:
+            async with engine.store.claim_lock(uid):
+                view = engine.observe(uid)
+                for step in plan.plan_settle(view):
+                    await engine.run_step(step, view, reason="finalizer removal retried")
+            continue
+        claim = await engine.calls.get_claim(ClaimRef(ClaimUID(uid), record.namespace, record.name))
+        stale = source.staleness(
+            claim,
+            ClaimRef(ClaimUID(uid), record.namespace, record.name),
+            driver=engine.settings.driver_name,
+            pool=engine.settings.pool_name,
+        )
+        if stale is None:
+            engine._stale_since.pop(uid, None)
+            continue
+        first_seen = engine._stale_since.setdefault(uid, current)
+        if not force and current - first_seen < engine.settings.stale_claim_grace:
+            continue
+        async with engine.store.claim_lock(uid):
+            view = engine.observe(uid)
+            if view.record is None:
+                continue
+            log.warning(
+                "cleaning up stale claim: %s",
+                stale.message,
+                extra={"claim_uid": uid, "claim": f"{record.namespace}/{record.name}"},
+            )
+            await engine.run_step(
+                plan.Action.UNPREPARE_STALE, view, reason=f"stale: {stale.message}"
+            )
+        engine._stale_since.pop(uid, None)
+        engine.metrics.stale_claim_cleanups.inc()
+        cleaned.append(uid)
+    return cleaned
+
+
+async def fix(engine: ClaimEngine, findings: Sequence[plan.Finding]) -> RecoveryReport:
+    """``dralet audit --fix``: the findings' planned steps, through recovery's own code."""
+    report = await recover(engine)
+    if report.fail_closed:
+        return report
+    if any(f.action == plan.Action.UNPREPARE_STALE for f in findings):
+        for uid in await collect_stale(engine, force=True):
+            report.add("stale-claim-unprepared", uid)
+    await _execute(engine, plan.steps_of(findings, by=frozenset({plan.BY_FIX})), report)
+    return report

@@ -1,0 +1,55 @@
+"""The claim lifecycle table in code, and the README's account of it, agree."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
+from dralet.node.claims import states
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_block() -> list[str]:
+    text = README.read_text()
+    match = re.search(r"### What dralet does for each claim\n\n```\n(.*?)```", text, re.S)
+    assert match, "README lost its 'What dralet does for each claim' section"
+    return match.group(1).rstrip("\n").split("\n")
+
+
+def test_readme_lists_the_steps_in_the_order_of_the_table() -> None:
+    assert _readme_block() == states.lifecycle_lines()
+
+
+def test_the_table_is_one_chain_from_none_to_gone() -> None:
+    phase = states.Phase.NONE
+    for transition in states.TRANSITIONS:
+        assert transition.before is phase
+        phase = transition.after
+    assert phase is states.Phase.GONE
+
+
+def test_the_record_proves_how_far_a_prepare_got() -> None:
+    device = DeviceRecord(pool="p", device="gpu-0")
+    record = ClaimRecord("u", "ns", "c", ClaimState.PREPARE_STARTED, devices=(device,))
+    assert states.phase_of(None) is states.Phase.NONE
+    assert states.phase_of(record) is states.Phase.PREPARE_STARTED
+    prepared = record.with_state(
+        ClaimState.PREPARE_STARTED, devices=(device.with_prepared_state({"k": 1}),)
+    )
+    assert states.phase_of(prepared) is states.Phase.DEVICE_PREPARED
+    assert states.phase_of(prepared, spec_present=True) is states.Phase.SPEC_WRITTEN
+    assert states.phase_of(record.with_state(ClaimState.RELEASED)) is states.Phase.RELEASED
+
+
+def test_device_state_and_config_are_kept_apart_and_old_records_still_read() -> None:
+    device = DeviceRecord(pool="p", device="gpu-0", backend_state={"config": [{"a": 1}]})
+    assert not device.prepared
+    assert device.prepared_state == {}
+    done = device.with_prepared_state({"config": "backend's own key"})
+    assert done.prepared
+    assert done.config == ({"a": 1},)
+    assert done.prepared_state == {"config": "backend's own key"}
+    legacy = DeviceRecord(pool="p", device="gpu-0", backend_state={"config": [], "slot": 3})
+    assert legacy.prepared_state == {"slot": 3}

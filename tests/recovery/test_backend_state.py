@@ -1,0 +1,142 @@
+"""The backend's state is never lost: ``release`` gets exactly what ``prepare`` returned
+(and the device's config), after a partial failure, a crash at any failpoint, a reboot,
+a full disk, or in fail-closed mode. Judged by the strict fake backend of the test kit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dralet import failpoints
+from dralet.node.backend import AllocatedDevice, ClaimRef
+from dralet.testing.strict import StrictBackend
+from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
+
+PREPARE_POINTS = [
+    "ledger.prepare.after-started",
+    "api.add-finalizer.after",
+    "ledger.prepare.after-finalizer",
+    "backend.prepare.before",
+    "backend.prepare.after",
+    "ledger.prepare.after-device-recorded",
+    "ledger.prepare.after-backend",
+    "cdi.write.after-rename",
+    "ledger.prepare.after-spec",
+]
+UNPREPARE_POINTS = [
+    "ledger.unprepare.after-started",
+    "cdi.remove.after-unlink",
+    "backend.release.before",
+    "backend.release.after",
+    "ledger.unprepare.after-release",
+    "api.remove-finalizer.after",
+]
+
+
+@pytest.fixture(autouse=True)
+def _disarm() -> object:
+    yield
+    failpoints.disarm()
+
+
+async def test_one_device_failing_rolls_back_the_other_with_its_state(tmp_path: Path) -> None:
+    node = LedgerNode.create(tmp_path, strict=True)
+    a = node.add_claim("a", "gpu-0", "gpu-1")
+    failpoints.arm("backend.prepare.before", "error", nth=2)
+    outcome = (await node.prepare(a))[a.uid]
+    assert outcome.error
+    node.assert_gone(a)
+    assert node.strict is not None
+    node.strict.assert_clean()
+
+
+PER_DEVICE = [
+    "backend.prepare.before",
+    "backend.prepare.after",
+    "ledger.prepare.after-device-recorded",
+]
+
+
+@pytest.mark.parametrize(
+    ("point", "nth"),
+    [(p, 1) for p in PREPARE_POINTS] + [(p, 2) for p in PER_DEVICE],
+)
+async def test_crash_in_prepare_then_restart_releases_with_the_state(
+    tmp_path: Path, point: str, nth: int
+) -> None:
+    node = LedgerNode.create(tmp_path, strict=True)
+    a = node.add_claim("a", "gpu-0", "gpu-1")
+    with crash_at(point, nth=nth), pytest.raises(SimulatedCrash):
+        await node.prepare(a)
+    await node.restart().recover()
+    node.assert_gone(a)
+    assert (await node.prepare(a))[a.uid].error == ""
+    assert await node.unprepare(a) == {a.uid: ""}
+    node.assert_gone(a)
+    assert node.strict is not None
+    node.strict.assert_clean()
+
+
+@pytest.mark.parametrize("point", UNPREPARE_POINTS)
+async def test_crash_in_unprepare_then_restart_releases_with_the_state(
+    tmp_path: Path, point: str
+) -> None:
+    node = LedgerNode.create(tmp_path, strict=True)
+    a = node.add_claim("a", "gpu-2", "gpu-3")
+    assert (await node.prepare(a))[a.uid].error == ""
+    with crash_at(point), pytest.raises(SimulatedCrash):
+        await node.unprepare(a)
+    await node.restart().recover()
+    node.assert_gone(a)
+    assert node.strict is not None
+    node.strict.assert_clean()
+
+
+async def test_reboot_that_loses_the_device_releases_with_the_state(tmp_path: Path) -> None:
+    node = LedgerNode.create(tmp_path, strict=True)
+    a = node.add_claim("a", "gpu-0")
+    assert (await node.prepare(a))[a.uid].error == ""
+    report = await node.restart(survives_reboot=False, boot_id="boot-2").recover()
+    assert report.count("rolled-back-after-reboot") == 1
+    node.assert_gone(a)
+    assert node.strict is not None
+    node.strict.assert_clean()
+
+
+async def test_fail_closed_unprepare_releases_with_the_state(tmp_path: Path) -> None:
+    node = LedgerNode.create(tmp_path, strict=True)
+    a = node.add_claim("a", "gpu-1")
+    assert (await node.prepare(a))[a.uid].error == ""
+    node.settings.checkpoint_path.write_text("{not json")
+    engine = node.restart()
+    report = await engine.recover()
+    assert report.fail_closed
+    assert await node.unprepare(a) == {a.uid: ""}
+    assert node.held_by(a) == []
+    assert node.strict is not None
+    node.strict.assert_clean()
+
+
+async def test_strict_backend_catches_a_release_with_the_wrong_state(tmp_path: Path) -> None:
+    backend = StrictBackend(state_dir=tmp_path)
+    claim = ClaimRef("u1", "default", "c")  # type: ignore[arg-type]
+    device = AllocatedDevice(request="r", pool="p", device="dev-0", config=({"a": 1},))
+    prepared = await backend.prepare(claim, device)
+    assert (await backend.prepare(claim, device)).state == prepared.state  # idempotent
+    await backend.release(claim, device, {})
+    with pytest.raises(AssertionError, match="got state"):
+        backend.assert_clean()
+    assert StrictBackend.violations_in(tmp_path) == backend.violations
+
+
+async def test_strict_backend_accepts_the_state_and_config_prepare_got(tmp_path: Path) -> None:
+    backend = StrictBackend(state_dir=tmp_path)
+    claim = ClaimRef("u1", "default", "c")  # type: ignore[arg-type]
+    device = AllocatedDevice(request="r", pool="p", device="dev-0", config=({"a": 1},))
+    prepared = await backend.prepare(claim, device)
+    assert await backend.devices_in_use() == {"dev-0": "u1"}
+    await backend.release(claim, device, prepared.state)
+    backend.assert_clean()
+    assert await backend.devices_in_use() == {}

@@ -1,0 +1,143 @@
+"""A full or read-only disk: an error answer leaves nothing behind, and recovery never
+crash-loops (it defers the claims it cannot repair and finishes once it can).
+
+The plugin dir (checkpoint, locks) and the CDI dir live on a small tmpfs of their own;
+the tests are skipped where mounting one is not permitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dralet.checkpoint.model import ClaimState
+from dralet.node.backend import ClaimRef
+from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
+
+FS_SIZE = "1m"
+LEFT_FREE = 4096
+CLAIMS = 8
+RECOVERY_BOUND = 60.0
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={FS_SIZE}", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not permitted here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(mount: Path, *, leave: int) -> Path:
+    """Fill the file system until at most ``leave`` bytes are free; returns the filler."""
+    filler = mount / "filler"
+    with filler.open("wb", buffering=0) as out:
+        with contextlib.suppress(OSError):
+            while True:
+                out.write(b"\0" * 4096)
+        os.ftruncate(out.fileno(), max(0, out.tell() - leave))
+    return filler
+
+
+def remount(mount: Path, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(mount)], check=True)
+
+
+def on_small_fs(tmp_path: Path, mount: Path, **settings: object) -> LedgerNode:
+    return LedgerNode.create(
+        tmp_path,
+        gpus=CLAIMS,
+        strict=True,
+        plugin_dir=mount / "plugin",
+        cdi_dir=mount / "cdi",
+        recovery_retry=0.01,
+        **settings,
+    )
+
+
+def assert_nothing_half_done(node: LedgerNode, ref: ClaimRef) -> None:
+    """An errored claim: no spec, no device held; a record left says roll back."""
+    assert not node.spec_path(ref).exists()
+    assert node.held_by(ref) == []
+    record = node.record(ref)
+    assert record is None or record.state != ClaimState.PREPARE_COMPLETED
+
+
+async def test_prepare_on_a_full_disk_leaves_nothing_half_done(
+    tmp_path: Path, small_fs: Path
+) -> None:
+    node = on_small_fs(tmp_path, small_fs)
+    await node.ledger.recover()
+    refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
+    filler = fill(small_fs, leave=LEFT_FREE)
+
+    outcomes = await node.prepare(*refs)
+
+    failed = [r for r in refs if outcomes[r.uid].error]
+    assert failed, "the disk was full: some claim must have failed"
+    for ref in refs:
+        if outcomes[ref.uid].error:
+            assert_nothing_half_done(node, ref)
+        else:
+            node.assert_prepared(ref, *node.held_by(ref))
+    filler.unlink()
+    retried = await node.prepare(*refs)  # the kubelet's retry, with space back
+    assert all(o.error == "" for o in retried.values())
+    assert await node.findings() == []
+    assert node.strict is not None
+    node.strict.assert_clean()
+
+
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+async def test_recovery_on_a_full_or_read_only_disk_serves_and_finishes_later(
+    tmp_path: Path, small_fs: Path, fault: str
+) -> None:
+    node = on_small_fs(tmp_path, small_fs)
+    await node.ledger.recover()
+    refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(6)]
+    with crash_at("ledger.prepare.after-spec", nth=3), pytest.raises(SimulatedCrash):
+        await node.prepare(*refs)  # killed mid-batch: several claims half-prepared
+    filler = fill(small_fs, leave=0) if fault == "full" else None
+    if fault == "read-only":
+        remount(small_fs, "ro")
+
+    engine = node.restart()
+    report = await engine.recover()  # never raises: the driver comes up
+
+    assert report.deferred
+    assert engine.pending_recovery
+    fresh = node.add_claim("fresh", "gpu-7")
+    answer = (await node.prepare(fresh))[fresh.uid]  # it answers, per claim
+    assert answer.error
+    code = errno.ENOSPC if fault == "full" else errno.EROFS
+    assert os.strerror(code) in answer.error or "retry" in answer.error
+
+    if filler is not None:
+        filler.unlink()
+    else:
+        remount(small_fs, "rw")
+    assert await asyncio.wait_for(engine.work.drain(RECOVERY_BOUND), RECOVERY_BOUND)
+    assert not engine.pending_recovery
+    assert await node.findings() == []
+    for ref in refs:
+        record = node.record(ref)
+        assert record is None or record.state == ClaimState.PREPARE_COMPLETED
+    assert node.strict is not None
+    node.strict.assert_clean()
