@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -70,6 +72,17 @@ RUNTIME_CONFIG = (
     "scheduling.k8s.io/v1beta1=true",
     "scheduling.k8s.io/v1alpha3=true",
 )
+# Every request of a ServiceAccount in the driver's namespace is logged, so tests can
+# compare what the driver did with what deploy/'s RBAC grants.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "userGroups": ["system:serviceaccounts:dralet"]},
+        {"level": "None"},
+    ],
+}
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 15.0
 
@@ -338,6 +351,7 @@ class Cluster:
             ),
         )
 
+        self._write("audit-policy.yaml", yaml.safe_dump(AUDIT_POLICY).encode())
         etcd_port, etcd_peer, port = free_port(), free_port(), free_port()
         self.url = f"https://127.0.0.1:{port}"
         self._spawn(
@@ -371,6 +385,8 @@ class Cluster:
                 f"--runtime-config={','.join(RUNTIME_CONFIG)}",
                 f"--feature-gates={gates}",
                 "--profiling=false",
+                f"--audit-policy-file={w / 'audit-policy.yaml'}",
+                f"--audit-log-path={w / 'audit.log'}",
                 "--v=1",
             ],
         )
@@ -415,6 +431,13 @@ class Cluster:
             ],
         )
         self._check_alive()
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The audit log so far (requests of ServiceAccounts in the ``dralet`` namespace)."""
+        path = self.workdir / "audit.log"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def stop(self) -> None:
         """Terminate every component (SIGTERM, then SIGKILL) and remove the folder."""

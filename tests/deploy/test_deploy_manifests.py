@@ -185,7 +185,7 @@ def test_least_privilege_rbac(render: Render, target: str) -> None:
     }
     assert rules == {
         ("resource.k8s.io", "resourceslices"): sorted(
-            ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+            ["list", "watch", "create", "patch", "delete"]
         ),
         ("resource.k8s.io", "resourceclaims"): ["get", "patch"],
         ("", "nodes"): ["get"],

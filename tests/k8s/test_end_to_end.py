@@ -6,83 +6,17 @@ deleted; the driver's finalizer goes and the claim is released."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dralet import kube
-from dralet.testing.kubelet import KubeletClaim, KubeletEmulator, NodeHeartbeat, PluginConnection
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
-from tests.k8sapi import ClusterApi
+from dralet.testing.kubelet import KubeletClaim
+from tests.k8s.drivernode import DRIVER, NODE, Node, eventually
 from tests.kubefixtures import K8S_TIMEOUT
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e, K8S_TIMEOUT]
 
-DRIVER = "gpu.example.com"
-NODE = "node-a"
 NS = "default"
-WAIT = 60.0
-
-
-async def eventually(check: Callable[[], Any], what: str, within: float = WAIT) -> Any:
-    """Poll until ``check()`` is truthy; its value."""
-    deadline = time.monotonic() + within
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {within}s: {what}")
-        await asyncio.sleep(0.1)
-    return value
-
-
-@dataclass
-class Node:
-    api: ClusterApi
-    driver: DriverProcess
-    plugin: PluginConnection
-
-
-@pytest.fixture
-async def node(k8s_api: ClusterApi, short_tmp: Path) -> AsyncIterator[Node]:
-    async with await kube.connect(kubeconfig=k8s_api.cluster.admin_kubeconfig) as admin:
-        heartbeat = asyncio.create_task(NodeHeartbeat(admin, NODE).run())
-        paths = DriverPaths(short_tmp, driver_name=DRIVER, node_name=NODE)
-        driver = DriverProcess(
-            driver_args(
-                paths, api_url=None, extra=["--kubeconfig", str(k8s_api.driver_kubeconfig())]
-            ),
-            log_path=short_tmp / "driver.log",
-        )
-        kubelet = KubeletEmulator(paths.registry_dir, kubelet_version="1.37")
-        try:
-            await eventually(lambda: k8s_api.get("Node", NODE), "node registered")
-            k8s_api.create(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "DeviceClass",
-                    "metadata": {"name": DRIVER},
-                    "spec": {
-                        "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]
-                    },
-                }
-            )
-            driver.start()
-            plugin = await kubelet.wait_for_plugin(DRIVER)
-            await eventually(
-                lambda: k8s_api.list("ResourceSlice", field_selector=f"spec.nodeName={NODE}"),
-                "the driver's ResourceSlice",
-            )
-            k8s_api.wait_for_default_service_account()
-            yield Node(k8s_api, driver, plugin)
-        finally:
-            await kubelet.close()
-            await driver.terminate()
-            heartbeat.cancel()
-            await asyncio.gather(heartbeat, return_exceptions=True)
 
 
 def pod(name: str, claim: dict[str, str]) -> dict[str, Any]:
