@@ -12,7 +12,7 @@ import pytest
 
 from dralet import kube
 from dralet.testing.kubelet import NodeHeartbeat
-from tests.k8sapi import ClusterApi
+from tests.k8sapi import ClusterApi, ClusterApiError
 from tests.k8scluster import DRA_FEATURE_GATES, Cluster
 from tests.kubefixtures import K8S_TIMEOUT
 
@@ -78,19 +78,17 @@ async def test_the_scheduler_binds_a_pod_to_a_node_kept_ready(
             return pod.get("spec", {}).get("nodeName") == "node-a"
 
         await eventually(bound, "pod bound to node-a by kube-scheduler")
-        lease = k8s_api.request(
-            "GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-a"
-        )
-        first = lease["spec"]["renewTime"]
-        await eventually(
-            lambda: (
-                k8s_api.request(
-                    "GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-a"
-                )["spec"]["renewTime"]
-                != first
-            ),
-            "lease renewed",
-        )
+        lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-a"
+
+        def renew_time() -> str:
+            try:
+                return str(k8s_api.request("GET", lease_path)["spec"]["renewTime"])
+            except ClusterApiError:
+                return ""
+
+        await eventually(renew_time, "node Lease created")
+        first = renew_time()
+        await eventually(lambda: renew_time() != first, "lease renewed")
         node = k8s_api.get("Node", "node-a") or {}
         assert not node["spec"].get("taints"), node["spec"]
     finally:
