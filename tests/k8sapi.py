@@ -111,10 +111,12 @@ class ClusterApi:
         with urllib.request.urlopen(self.url + path, context=self._context, timeout=30) as r:
             return str(r.read().decode())
 
-    def wait_for_default_service_account(self, within: float = 60.0) -> None:
+    def wait_for_default_service_account(
+        self, namespace: str = "default", within: float = 60.0
+    ) -> None:
         """Pods need the ``default`` ServiceAccount the controller-manager makes."""
         deadline = time.monotonic() + within
-        while self.get("ServiceAccount", "default", namespace="default") is None:
+        while self.get("ServiceAccount", "default", namespace=namespace) is None:
             if time.monotonic() > deadline:
                 raise TimeoutError("no default ServiceAccount: is kube-controller-manager up?")
             time.sleep(0.1)
