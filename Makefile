@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: install demo test check lint typecheck imports protos-check bench clean
+.PHONY: install demo test check lint typecheck imports protos-check bench clean k8s
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,12 @@ $(HELM_DIR)/helm:
 
 .PHONY: helm
 helm: $(HELM_DIR)/helm
+
+# The real control plane the `k8s`-marked tests start (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler), built from the Go module in k8s/ into a cache
+# folder keyed by the pinned release; nothing to do when it is there.
+k8s:
+	scripts/k8s-build
 
 bench: install
 	$(PY) benchmarks/run_all.py

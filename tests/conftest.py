@@ -1,4 +1,5 @@
-"""Shared fixtures: a per-test task-leak check and temporary node directories."""
+"""Shared fixtures: a per-test task-leak check, temporary node directories and the real
+Kubernetes control plane (one per session, started by the first test that needs it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from dralet import failpoints
+from tests.kubefixtures import k8s_api, k8s_cluster
+
+__all__ = ["k8s_api", "k8s_cluster"]
 
 
 @pytest.fixture(autouse=True)

@@ -1,21 +1,69 @@
-"""Fixtures shared by the API suites: an API stand-in per Kubernetes version (1.32:
-v1beta1 only; 1.34: v1) and a ``KubeClient`` connected to it over HTTP on 127.0.0.1."""
+"""Fixtures shared by the API suites: an API backend per Kubernetes version and a
+``KubeClient`` connected to it.
+
+The backends are the API stand-in for 1.32 (v1beta1 only) and 1.34 (v1), and the real
+Kubernetes 1.37 control plane (``k8s``: kube-apiserver, controller-manager and scheduler
+built by ``make k8s``, one per test session). On the real server the client acts as the
+driver's own ServiceAccount with deploy/'s RBAC; test objects are made as the admin and
+removed after each test.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
 from dralet import kube
 from dralet.metrics import DriverMetrics
 from dralet.testing.apiserver import ApiServer
+from tests.k8sapi import ClusterApi
+from tests.k8scluster import Cluster, missing_binaries
 
 KUBERNETES_VERSIONS = ["1.32", "1.34"]
+REAL = "k8s-1.37"
+# The first test on the real cluster starts it (tens of seconds on a busy machine).
+K8S_TIMEOUT = pytest.mark.timeout(300)
+BACKENDS = [*KUBERNETES_VERSIONS, pytest.param(REAL, marks=[pytest.mark.k8s, K8S_TIMEOUT])]
 
 
-@pytest.fixture(params=KUBERNETES_VERSIONS)
-async def apiserver(request: pytest.FixtureRequest) -> AsyncIterator[ApiServer]:
+def require_cluster() -> None:
+    """Skip (or, under ``CI=true``, fail) when the real control plane cannot start."""
+    reason = missing_binaries()
+    if not reason:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI needs the real cluster: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster() -> Iterator[Cluster]:
+    """etcd, kube-apiserver, kube-controller-manager, kube-scheduler for the session."""
+    require_cluster()
+    with Cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def k8s_api(k8s_cluster: Cluster) -> Iterator[ClusterApi]:
+    """Admin access to the session's cluster; what the test made is removed after it."""
+    api = ClusterApi(k8s_cluster)
+    api.reset()
+    yield api
+    api.reset()
+
+
+@pytest.fixture(params=BACKENDS)
+async def apiserver(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    if request.param == REAL:
+        marker = request.node.get_closest_marker("stand_in_only")
+        if marker is not None:
+            pytest.skip(f"stand-in only: {marker.args[0]}")
+        yield request.getfixturevalue("k8s_api")
+        return
     async with ApiServer(kubernetes_version=request.param) as server:
         yield server
 
@@ -26,7 +74,13 @@ def metrics() -> DriverMetrics:
 
 
 @pytest.fixture
-async def client(apiserver: ApiServer, metrics: DriverMetrics) -> AsyncIterator[kube.KubeClient]:
+async def client(apiserver: Any, metrics: DriverMetrics) -> AsyncIterator[kube.KubeClient]:
     settings = kube.KubeSettings(retry_backoff=(0.01, 0.01, 0.01), conflict_backoff=(0.0,) * 5)
-    async with await kube.connect(url=apiserver.url, settings=settings, metrics=metrics) as c:
+    if isinstance(apiserver, ClusterApi):
+        connected = await kube.connect(
+            kubeconfig=apiserver.driver_kubeconfig(), settings=settings, metrics=metrics
+        )
+    else:
+        connected = await kube.connect(url=apiserver.url, settings=settings, metrics=metrics)
+    async with connected as c:
         yield c

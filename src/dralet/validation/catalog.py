@@ -218,7 +218,7 @@ _ALL: tuple[Rule, ...] = (
         _E,
         "required field missing or fields that exclude each other",
         "The API server requires a class per request, cel per selector, matchAttribute per "
-        "constraint, opaque per config, basic per v1beta1 device, and exactly one of "
+        "constraint, opaque per config, and exactly one of "
         "exactly/firstAvailable per v1/v1beta2 request.",
         "Add the named field, or remove the field the message says may not be combined.",
         "requests:\n- name: gpu\n  exactly: {deviceClassName: gpu.example.com}\n"
