@@ -7,11 +7,8 @@ otherwise), filled to a few KiB free.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,10 +16,11 @@ import pytest
 
 from dralet import fsutil
 from dralet.cdi.store import SpecStore
+from tests import smalldisk
 from tests.hostile.conftest import add_claim, running_node
 from tests.node.conftest import Node
 
-PAGE = 4096
+PAGE = smalldisk.PAGE
 TMPFS_BYTES = 512 * 1024
 FREE_PAGES = 2
 """Pages left free: a spec file takes one, so one or two claims fit and the rest do not."""
@@ -31,40 +29,8 @@ CLAIMS = 8
 
 @pytest.fixture
 def small_disk() -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mountpoint = Path(tempfile.mkdtemp(prefix="dralet-full-"))
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES},mode=0755", "tmpfs", str(mountpoint)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        mountpoint.rmdir()
-        pytest.skip(f"mount is not permitted here: {mounted.stderr.strip()}")
-    try:
+    with smalldisk.mounted_tmpfs(TMPFS_BYTES) as mountpoint:
         yield mountpoint
-    finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], check=False)
-        mountpoint.rmdir()
-
-
-def fill(directory: Path, *, free_pages: int) -> None:
-    """Fill the file system of ``directory`` until only ``free_pages`` pages are free."""
-    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        page = b"\0" * PAGE
-        with contextlib.suppress(OSError):
-            while os.write(fd, page) == PAGE:
-                pass
-        size = os.lseek(fd, 0, os.SEEK_CUR)
-        # Give back exactly the pages that should stay free.
-        os.ftruncate(fd, max(0, (size // PAGE - free_pages) * PAGE))
-    finally:
-        os.close(fd)
-    stats = os.statvfs(directory)
-    assert stats.f_bavail * stats.f_frsize <= (free_pages + 1) * PAGE
 
 
 def _spec_files(node: Node) -> dict[str, bool]:
@@ -98,7 +64,7 @@ async def test_many_claims_on_a_full_cdi_disk_leave_nothing_behind(
 ) -> None:
     async with running_node(short_root / "node", gpus=CLAIMS, cdi_dir=small_disk / "cdi") as node:
         claims = [add_claim(node, f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
-        fill(small_disk, free_pages=FREE_PAGES)
+        smalldisk.fill(small_disk, free_pages=FREE_PAGES)
 
         result = await node.plugin.prepare(claims)
 
@@ -125,7 +91,7 @@ async def test_many_claims_with_cdi_and_checkpoint_on_a_full_disk_leave_nothing_
         plugin_dir=small_disk / "plugin",
     ) as node:
         claims = [add_claim(node, f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
-        fill(small_disk, free_pages=FREE_PAGES)
+        smalldisk.fill(small_disk, free_pages=FREE_PAGES)
 
         result = await node.plugin.prepare(claims)
 
@@ -136,7 +102,7 @@ async def test_many_claims_with_cdi_and_checkpoint_on_a_full_disk_leave_nothing_
 
 
 def test_fill_leaves_only_the_pages_asked_for(small_disk: Path) -> None:
-    fill(small_disk, free_pages=FREE_PAGES)
+    smalldisk.fill(small_disk, free_pages=FREE_PAGES)
     with pytest.raises(OSError, match="No space left") as failure:
         fsutil.atomic_write(small_disk / "big", b"x" * (FREE_PAGES + 1) * PAGE)
     assert failure.value.errno == errno.ENOSPC

@@ -8,10 +8,8 @@ the tests are skipped where mounting one is not permitted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,45 +17,19 @@ import pytest
 
 from dralet.checkpoint.model import ClaimState
 from dralet.node.backend import ClaimRef
+from tests import smalldisk
 from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
 
-FS_SIZE = "1m"
+FS_BYTES = 1024 * 1024
 LEFT_FREE = 4096
 CLAIMS = 8
 RECOVERY_BOUND = 60.0
 
 
 @pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={FS_SIZE}", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(mount: Path, *, leave: int) -> Path:
-    """Fill the file system until at most ``leave`` bytes are free; returns the filler."""
-    filler = mount / "filler"
-    with filler.open("wb", buffering=0) as out:
-        with contextlib.suppress(OSError):
-            while True:
-                out.write(b"\0" * 4096)
-        os.ftruncate(out.fileno(), max(0, out.tell() - leave))
-    return filler
-
-
-def remount(mount: Path, mode: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,{mode}", str(mount)], check=True)
+def small_fs() -> Iterator[Path]:
+    with smalldisk.mounted_tmpfs(FS_BYTES) as mountpoint:
+        yield mountpoint
 
 
 def on_small_fs(tmp_path: Path, mount: Path, **settings: object) -> LedgerNode:
@@ -86,7 +58,7 @@ async def test_prepare_on_a_full_disk_leaves_nothing_half_done(
     node = on_small_fs(tmp_path, small_fs)
     await node.ledger.recover()
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
-    filler = fill(small_fs, leave=LEFT_FREE)
+    filler = smalldisk.fill(small_fs, free_pages=LEFT_FREE // smalldisk.PAGE)
 
     outcomes = await node.prepare(*refs)
 
@@ -114,9 +86,9 @@ async def test_recovery_on_a_full_or_read_only_disk_serves_and_finishes_later(
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(6)]
     with crash_at("ledger.prepare.after-spec", nth=3), pytest.raises(SimulatedCrash):
         await node.prepare(*refs)  # killed mid-batch: several claims half-prepared
-    filler = fill(small_fs, leave=0) if fault == "full" else None
+    filler = smalldisk.fill(small_fs, free_pages=0) if fault == "full" else None
     if fault == "read-only":
-        remount(small_fs, "ro")
+        smalldisk.remount(small_fs, "ro")
 
     engine = node.restart()
     report = await engine.recover()  # never raises: the driver comes up
@@ -132,7 +104,7 @@ async def test_recovery_on_a_full_or_read_only_disk_serves_and_finishes_later(
     if filler is not None:
         filler.unlink()
     else:
-        remount(small_fs, "rw")
+        smalldisk.remount(small_fs, "rw")
     assert await asyncio.wait_for(engine.work.drain(RECOVERY_BOUND), RECOVERY_BOUND)
     assert not engine.pending_recovery
     assert await node.findings() == []
