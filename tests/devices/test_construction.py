@@ -68,3 +68,19 @@ def test_a_good_device_is_made() -> None:
 def test_bad_driver_settings_are_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         dralet.DriverSettings(plugin_dir=Path("/tmp/p"), **kwargs)
+
+
+def test_taint_keys_and_values_follow_the_label_rules_the_server_applies() -> None:
+    # A taint key is a label key (k8s.io/kubernetes v1.37.2 validateDeviceTaint), not an
+    # attribute name: '-' and '.' are allowed after the domain.
+    dralet.Device(name="d", taints=(dralet.DeviceTaint("example.com/needs-care", "NoSchedule"),))
+    with pytest.raises(ValueError, match="value 'not ok'"):
+        dralet.Device(
+            name="d", taints=(dralet.DeviceTaint("example.com/t", "NoSchedule", "not ok"),)
+        )
+    with pytest.raises(ValueError, match="binding condition 'bad condition'"):
+        dralet.Device(
+            name="d",
+            binding_conditions=("bad condition",),
+            binding_failure_conditions=("Failed",),
+        )

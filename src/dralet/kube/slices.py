@@ -187,6 +187,10 @@ def device_problems(device: Mapping[str, Any]) -> list[str]:
     conditions = list(device.get("bindingConditions") or [])
     failures = list(device.get("bindingFailureConditions") or [])
     # kubernetes/kubernetes v1.37.2 pkg/apis/resource/validation validateDeviceBindingParameters
+    for condition in conditions + failures:
+        condition_problem = kubenames.label_key_problem(condition)
+        if condition_problem is not None:
+            problems.append(f"{where}: binding condition {condition!r}: {condition_problem}")
     if bool(conditions) != bool(failures):
         problems.append(f"{where}: bindingConditions and bindingFailureConditions go together")
     if len(set(conditions)) != len(conditions) or len(set(failures)) != len(failures):
@@ -200,11 +204,16 @@ def _taint_problems(taints: Sequence[Mapping[str, Any]]) -> list[str]:
     problems = []
     if len(taints) > MAX_TAINTS_PER_DEVICE:
         problems.append(f"{len(taints)} taints; at most {MAX_TAINTS_PER_DEVICE}")
+    # k8s.io/kubernetes v1.37.2 validateDeviceTaint: a label key, an optional label value.
     for taint in taints:
         key = str(taint.get("key") or "")
-        problem = kubenames.qualified_name_problem(key) if key else "must not be empty"
+        problem = kubenames.label_key_problem(key) if key else "must not be empty"
         if problem is not None:
             problems.append(f"taint key {key!r}: {problem}")
+        value = str(taint.get("value") or "")
+        value_problem = kubenames.label_value_problem(value) if value else None
+        if value_problem is not None:
+            problems.append(f"taint {key!r}: value {value!r}: {value_problem}")
         if taint.get("effect") not in TAINT_EFFECTS:
             problems.append(
                 f"taint {key!r}: effect {taint.get('effect')!r} is not one of "
