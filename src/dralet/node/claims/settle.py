@@ -57,8 +57,7 @@ async def recover(engine: ClaimEngine, *, retry_later: bool = True) -> RecoveryR
     try:
         fsutil.ensure_private_dir(engine.settings.plugin_dir)
         engine.specs.ensure_dir()
-        for stray in engine.specs.stray_temp_files():
-            stray.unlink(missing_ok=True)
+        for stray in engine.specs.sweep_temp_files():
             report.add("temp-file-removed", stray.name)
     except OSError as exc:
         log.error("cannot tidy the driver's directories yet: %s", exc)  # noqa: TRY400
