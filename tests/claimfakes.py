@@ -87,7 +87,15 @@ class MemoryClaims:
         obj = self.objects.get((namespace, name))
         return copy.deepcopy(obj) if obj else None
 
-    async def add_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+    async def add_finalizer(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        finalizer: str,
+        *,
+        current: Mapping[str, Any] | None = None,
+    ) -> bool:
         self.calls.append(f"add-finalizer {namespace}/{name}")
         obj = self.objects.get((namespace, name))
         if obj is None or obj["metadata"]["uid"] != uid:

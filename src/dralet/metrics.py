@@ -65,6 +65,17 @@ class DriverMetrics:
             ["reason"],
             registry=r,
         )
+        self.store_commits = Counter(
+            "dralet_store_commits",
+            "Durable commits of the claim record store (each one fsync of its log).",
+            registry=r,
+        )
+        self.store_commit_seconds = Histogram(
+            "dralet_store_commit_seconds",
+            "Time one commit of the claim record store took, its fsync included.",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
+        )
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

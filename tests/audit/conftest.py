@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from dralet import kube
-from dralet.checkpoint.model import ClaimState
-from dralet.checkpoint.store import CheckpointStore
+from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.cli import audit as audit_cli
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node.backend import ClaimRef, ClaimUID
@@ -21,6 +20,7 @@ from dralet.node.settings import DriverSettings
 from dralet.testing.apiserver import ApiServer
 from dralet.testing.cluster import ControlPlane
 from dralet.testing.kubelet import KubeletClaim
+from tests import claimstore
 
 DRIVER = "gpu.example.com"
 NODE = "node-a"
@@ -40,9 +40,11 @@ class AuditedNode:
     def state_dir(self) -> Path:
         return self.root / "backend"
 
-    @property
-    def checkpoints(self) -> CheckpointStore:
-        return CheckpointStore(self.settings.checkpoint_path)
+    def records(self) -> dict[str, ClaimRecord]:
+        return claimstore.records(self.settings.plugin_dir)
+
+    def put_record(self, record: ClaimRecord) -> None:
+        claimstore.put_record(self.settings.plugin_dir, record)
 
     async def prepare(self, name: str, *devices: str) -> KubeletClaim:
         ref = self.cluster.allocate_claim(name, [("gpu", d) for d in devices])
@@ -51,8 +53,7 @@ class AuditedNode:
         return ref
 
     def set_state(self, uid: str, state: ClaimState) -> None:
-        cp = self.checkpoints.load()
-        self.checkpoints.save(cp.with_claim(replace(cp.claims[uid], state=state)))
+        self.put_record(replace(self.records()[uid], state=state))
 
     def set_finalizers(self, ref: KubeletClaim, finalizers: Sequence[str]) -> None:
         self.api.patch(

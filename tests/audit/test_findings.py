@@ -10,6 +10,7 @@ import uuid
 from dralet.cdi import spec as cdi_spec
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
 from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID
+from tests import claimstore
 from tests.audit.conftest import FINALIZER, NODE, AuditedNode
 
 
@@ -123,7 +124,7 @@ async def test_half_unprepared_claim_is_finished(node: AuditedNode) -> None:
 
 async def test_released_claim_with_a_pending_finalizer(node: AuditedNode) -> None:
     ref = await node.prepare("train", "gpu-0")
-    record = node.checkpoints.load().claims[ref.uid]
+    record = node.records()[ref.uid]
     node.ledger.specs.remove(ref.uid)
     await node.backend.release(
         ClaimRef(ClaimUID(ref.uid), ref.namespace, ref.name),
@@ -148,7 +149,7 @@ async def test_device_held_twice_needs_a_person(node: AuditedNode) -> None:
         devices=(DeviceRecord(pool=NODE, device="gpu-0"),),
         finalizer_added=True,
     )
-    node.checkpoints.save(node.checkpoints.load().with_claim(twin))
+    node.put_record(twin)
     findings = (await node.audit(backend=False, api=False)).findings
     assert [(f.kind, f.subject) for f in findings] == [
         ("missing-spec", twin.uid),
@@ -196,7 +197,7 @@ async def test_claim_gone_from_the_api_is_unprepared(node: AuditedNode) -> None:
     assert await node.kinds(api=False) == []
     assert ("stale-claim-unprepared", ref.uid) in await _fixed(node)
     assert node.backend.in_use() == {}
-    assert node.checkpoints.load().claims == {}
+    assert node.records() == {}
 
 
 async def test_claim_replaced_by_one_with_a_new_uid(node: AuditedNode) -> None:
@@ -250,25 +251,25 @@ async def test_finalizer_on_a_claim_not_prepared_here(node: AuditedNode) -> None
 
 
 async def test_corrupt_checkpoint_with_nothing_prepared_is_reset(node: AuditedNode) -> None:
-    node.settings.checkpoint_path.write_bytes(b'{"data": "{}", "checksum": "bad"}')
+    claimstore.damage_store(node.settings.store_path)
     findings = (await node.audit()).findings
     assert [f.kind for f in findings] == ["corrupt-checkpoint"]
     assert findings[0].repair.startswith("reset the checkpoint")
     actions = await _fixed(node)
     assert [a for a, _ in actions] == ["corrupt-checkpoint-reset"]
-    assert list(node.settings.plugin_dir.glob("checkpoint.json.corrupt-*"))
+    assert list(node.settings.plugin_dir.glob("claims.db.corrupt-*"))
 
 
 async def test_corrupt_checkpoint_with_prepared_claims_fails_closed(node: AuditedNode) -> None:
     await node.prepare("train", "gpu-0")
-    node.settings.checkpoint_path.write_bytes(b"garbage")
+    claimstore.damage_store(node.settings.store_path, b"garbage")
     findings = (await node.audit()).findings
     assert [(f.kind, f.repair) for f in findings] == [("corrupt-checkpoint", "")]
     assert "fails closed" in findings[0].message
     result = await node.audit(fix=True)
     assert result.fail_closed
     assert [f.kind for f in result.remaining] == ["corrupt-checkpoint"]
-    assert node.settings.checkpoint_path.read_bytes() == b"garbage"
+    assert node.settings.store_path.read_bytes() == b"garbage"
 
 
 async def test_without_backend_and_api_only_node_files_are_audited(node: AuditedNode) -> None:

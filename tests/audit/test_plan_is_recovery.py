@@ -15,6 +15,7 @@ from dralet import kube
 from dralet.checkpoint.model import ClaimState
 from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID
 from dralet.node.claims import ClaimEngine, plan
+from tests import claimstore
 from tests.audit.conftest import FINALIZER, NODE, AuditedNode
 
 Setup = Callable[[AuditedNode], Awaitable[None]]
@@ -93,7 +94,7 @@ async def _finalizer_without_claim(node: AuditedNode) -> None:
 
 
 async def _corrupt_checkpoint(node: AuditedNode) -> None:
-    node.settings.checkpoint_path.write_bytes(b'{"data": "{}", "checksum": "bad"}')
+    claimstore.damage_store(node.settings.store_path)
 
 
 async def _rebooted(node: AuditedNode) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests import claimstore
 
 from dralet import kube
 from dralet.cli import main
@@ -150,7 +151,7 @@ def test_json_shape(node: Node) -> None:
     assert document["consistent"] is False
     sources = document["sources"]
     assert sources["checkpoint"] == {
-        "path": str(node.settings.checkpoint_path),
+        "path": str(node.settings.store_path),
         "claims": 1,
         "error": "",
     }
@@ -194,7 +195,7 @@ def test_json_without_backend_or_api(node: Node) -> None:
 
 def test_fix_that_cannot_repair_everything_exits_1(node: Node) -> None:
     node.prepare("train", "gpu-0")
-    node.settings.checkpoint_path.write_bytes(b"garbage")
+    claimstore.damage_store(node.settings.store_path, b"garbage")
     code, out, _ = audit(*node.full_args(), "--fix")
     assert code == 1, out
     assert "corrupt-checkpoint" in out and "needs a person" in out

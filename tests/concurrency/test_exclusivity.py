@@ -40,7 +40,15 @@ class BarrierClaims(MemoryClaims):
         await self.gets.wait()
         return await super().get_claim(namespace, name)
 
-    async def add_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+    async def add_finalizer(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        finalizer: str,
+        *,
+        current: Mapping[str, Any] | None = None,
+    ) -> bool:
         self.adds.arrived += 1
         if self.adds.arrived >= self.adds.parties:
             self.adds.all_arrived.set()
@@ -50,7 +58,7 @@ class BarrierClaims(MemoryClaims):
             if self.adds.all_arrived.is_set():
                 break
             await asyncio.sleep(0)
-        return await super().add_finalizer(namespace, name, uid, finalizer)
+        return await super().add_finalizer(namespace, name, uid, finalizer, current=current)
 
 
 async def test_second_claim_gets_error_naming_holder_then_succeeds_after_release(

@@ -14,7 +14,6 @@ import grpc
 import pytest
 
 from dralet.cdi.store import SpecStore
-from dralet.checkpoint.store import CheckpointStore
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node import audit
 from dralet.node.settings import DriverSettings
@@ -22,6 +21,7 @@ from dralet.testing.apiserver import ApiServer
 from dralet.testing.cluster import ControlPlane
 from dralet.testing.kubelet import KubeletClaim, KubeletEmulator, KubeletError, PluginConnection
 from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from tests import claimstore
 from tests.hostile.conftest import short_root  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.e2e
@@ -102,12 +102,11 @@ async def test_two_instances_never_interleave_on_a_claim_or_the_checkpoint(
     refs = [two.cluster.allocate_claim(f"c{i}", [("gpu", f"gpu-{i}")]) for i in range(GPUS)]
     instances = (two.old, two.new)
     specs = SpecStore(two.paths.cdi_dir, f"{DRIVER}/claim")
-    checkpoints = CheckpointStore(two.paths.checkpoint)
     gpus = SimulatedGPUs(state_dir=two.paths.state_dir, node_name=two.paths.node_name, count=GPUS)
 
     def consistent(ref: KubeletClaim, device: str) -> None:
         """All of the claim or none of it: record, spec and device agree."""
-        record = checkpoints.load().claims.get(ref.uid)
+        record = claimstore.records(two.paths.plugin_dir).get(ref.uid)
         held = gpus.in_use().get(device) == ref.uid
         if record is None:
             assert (specs.exists(ref.uid), held) == (False, False)

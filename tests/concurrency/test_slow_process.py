@@ -13,12 +13,12 @@ import grpc
 import pytest
 
 from dralet.checkpoint.model import ClaimState
-from dralet.checkpoint.store import CheckpointStore
 from dralet.drivers.example import SimulatedGPUs
 from dralet.testing.apiserver import ApiServer
 from dralet.testing.cluster import ControlPlane
 from dralet.testing.kubelet import KubeletEmulator
 from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from tests import claimstore
 from tests.hostile.conftest import short_root  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.e2e
@@ -48,10 +48,9 @@ async def test_slow_device_does_not_block_another_claim_and_a_kill_rolls_it_back
     short_root: Path,  # noqa: F811
 ) -> None:
     paths = DriverPaths(short_root)
-    checkpoints = CheckpointStore(paths.checkpoint)
 
     def state(uid: str) -> ClaimState | None:
-        record = checkpoints.load().claims.get(uid)
+        record = claimstore.records(paths.plugin_dir).get(uid)
         return record.state if record is not None else None
 
     async with ApiServer(kubernetes_version="1.34") as api:

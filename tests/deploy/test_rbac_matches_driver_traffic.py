@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from tests import claimstore
 
 from dralet.kube.events import EVENT_NAMESPACE
 from dralet.testing.apiserver import ApiServer
@@ -146,7 +147,7 @@ async def test_rbac_allows_every_call_of_the_driver_and_no_more(
             assert (await plugin.prepare([ref])).kubelet_error == ""
             await driver.terminate()
             await kubelet.close()
-            paths.checkpoint.write_bytes(paths.checkpoint.read_bytes()[:40])  # corrupt
+            claimstore.damage_store(paths.store)
             driver.start()
             await kubelet.wait_for_plugin(DRIVER)
             await until(lambda: bool(api.list("Event", namespace=EVENT_NAMESPACE)), driver)

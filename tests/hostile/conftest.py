@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from dralet.checkpoint.model import Checkpoint
+from dralet.checkpoint.store import CheckpointStore
 from dralet.testing.kubelet import KubeletClaim
-from tests.claimfakes import MemoryClaims, allocated_claim
+from tests import claimstore
+from tests.claimfakes import DRIVER, MemoryClaims, allocated_claim
 from tests.node.conftest import Node, running_node
 
 __all__ = ["running_node"]  # re-exported for the hostile tests
@@ -38,16 +41,27 @@ def add_claim(node: Node, name: str, *devices: str) -> KubeletClaim:
 
 
 async def node_with_one_claim(
-    root: Path, *, claims: MemoryClaims, released: bool
+    root: Path, *, claims: MemoryClaims, released: bool, legacy: bool = False
 ) -> tuple[Path, KubeletClaim]:
     """Run a driver on ``root`` once: prepare a claim on gpu-1 (and unprepare it when
-    ``released``). Returns the checkpoint path and the claim."""
+    ``released``). Returns the path of its records and the claim.
+
+    With ``legacy`` the records are left as a release before the record database kept
+    them (``checkpoint.json``, schema v2), and that file's path is returned.
+    """
     async with running_node(root, claims=claims) as first:
         claim = add_claim(first, "prepared", "gpu-1")
         assert (await first.plugin.prepare([claim])).kubelet_error == ""
         if released:
             assert (await first.plugin.unprepare([claim])).kubelet_error == ""
-    return first.settings.checkpoint_path, claim
+    settings = first.settings
+    if not legacy:
+        return settings.store_path, claim
+    records = claimstore.records(settings.plugin_dir)
+    CheckpointStore(settings.checkpoint_path).save(Checkpoint(driver=DRIVER, claims=records))
+    for entry in settings.plugin_dir.glob("claims.db*"):
+        entry.unlink()
+    return settings.checkpoint_path, claim
 
 
 def files_under(root: Path) -> list[Path]:

@@ -1,5 +1,6 @@
-"""Any entry at all at the checkpoint path: the driver comes up fail-closed (or, with provably
-nothing prepared, reset), never exits, never hangs on it."""
+"""Any entry at all where the claim records are kept — the record database, or the
+``checkpoint.json`` of an older release not taken over yet: the driver comes up
+fail-closed (or, with provably nothing prepared, reset), never exits, never hangs on it."""
 
 from __future__ import annotations
 
@@ -95,7 +96,13 @@ def _deny_reading(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
     monkeypatch.setattr(fsutil.os, "open", open_denied)
 
 
-ALL_ENTRIES = [*sorted(ENTRIES), "no-read-permission"]
+WHERE = ("store", "legacy")
+"""The record database, or an older release's ``checkpoint.json`` met on upgrade."""
+# Root reads any mode; the refusal is simulated on the Python open, which SQLite never uses.
+CASES = [
+    *((where, entry) for where in WHERE for entry in sorted(ENTRIES)),
+    ("legacy", "no-read-permission"),
+]
 
 
 def _damage(name: str, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,13 +116,15 @@ def _kind(path: Path) -> str:
     return fsutil.file_kind(os.lstat(path).st_mode)
 
 
-@pytest.mark.parametrize("entry", ALL_ENTRIES)
+@pytest.mark.parametrize(("where", "entry"), CASES)
 async def test_driver_fails_closed_on_any_checkpoint_entry(
-    short_root: Path, entry: str, monkeypatch: pytest.MonkeyPatch
+    short_root: Path, where: str, entry: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = short_root / "node"
     claims = MemoryClaims()
-    checkpoint, prepared = await node_with_one_claim(root, claims=claims, released=False)
+    checkpoint, prepared = await node_with_one_claim(
+        root, claims=claims, released=False, legacy=where == "legacy"
+    )
     _damage(entry, checkpoint, monkeypatch)
     kind = _kind(checkpoint)
 
@@ -135,12 +144,14 @@ async def test_driver_fails_closed_on_any_checkpoint_entry(
         assert _kind(checkpoint) == kind  # the bad entry is left where it was
 
 
-@pytest.mark.parametrize("entry", ALL_ENTRIES)
+@pytest.mark.parametrize(("where", "entry"), CASES)
 async def test_nothing_prepared_and_any_checkpoint_entry_is_reset_with_it_kept(
-    short_root: Path, entry: str, monkeypatch: pytest.MonkeyPatch
+    short_root: Path, where: str, entry: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = short_root / "node"
-    checkpoint, _ = await node_with_one_claim(root, claims=MemoryClaims(), released=True)
+    checkpoint, _ = await node_with_one_claim(
+        root, claims=MemoryClaims(), released=True, legacy=where == "legacy"
+    )
     _damage(entry, checkpoint, monkeypatch)
     kind = _kind(checkpoint)
     if entry == "no-read-permission":
@@ -151,9 +162,9 @@ async def test_nothing_prepared_and_any_checkpoint_entry_is_reset_with_it_kept(
         assert not node.driver.ledger.fail_closed
         assert node.driver.recovery is not None
         assert node.driver.recovery.count("corrupt-checkpoint-reset") == 1
-        assert stat.S_ISREG(os.lstat(checkpoint).st_mode)
-        kept = sorted(checkpoint.parent.glob("checkpoint.json.corrupt-*"))
-        assert [_kind(k) for k in kept] == [kind]
+        assert stat.S_ISREG(os.lstat(node.settings.store_path).st_mode)
+        kept = sorted(checkpoint.parent.glob(f"{checkpoint.name}.corrupt-*"))
+        assert [_kind(k) for k in kept if not k.name.endswith("-wal")] == [kind]
         again = add_claim(node, "again", "gpu-0")
         assert (await node.plugin.prepare([again])).kubelet_error == ""
 

@@ -1,9 +1,11 @@
-"""A checkpoint that cannot be trusted: the driver fails closed without crash-looping.
+"""Claim records that cannot be trusted: the driver fails closed without crash-looping.
 
-It stays up (health answers, the process keeps running), refuses new prepares with a
-clear per-claim error, still unprepares what the CDI directory and the backend prove
-was prepared, keeps the bad file (and a copy aside for forensics), and counts it in
-``dralet_checkpoint_errors``. It never starts silently empty.
+A whole store that cannot be read (the record database, or an older release's
+``checkpoint.json`` met on upgrade): the driver stays up (health answers, the process
+keeps running), refuses new prepares with a clear per-claim error, still unprepares what
+the CDI directory and the backend prove was prepared, keeps the bad file (and a copy
+aside for forensics), and counts it in ``dralet_checkpoint_errors``. It never starts
+silently empty. One record that fails its checksum fails closed for that claim alone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dralet.testing.apiserver import ApiServer
 from dralet.testing.cluster import ControlPlane
 from dralet.testing.kubelet import KubeletEmulator
 from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from tests import claimstore
 from tests.claimfakes import MemoryClaims
 from tests.hostile.conftest import (
     add_claim,
@@ -67,7 +70,9 @@ def _metric(exposition: bytes, name: str) -> float:
 async def test_driver_fails_closed_on_a_damaged_checkpoint(short_root: Path, damage: str) -> None:
     root = short_root / "node"
     claims = MemoryClaims()
-    checkpoint, prepared = await node_with_one_claim(root, claims=claims, released=False)
+    checkpoint, prepared = await node_with_one_claim(
+        root, claims=claims, released=False, legacy=True
+    )
     bad = DAMAGE[damage](checkpoint.read_bytes())
     checkpoint.write_bytes(bad)
 
@@ -99,7 +104,9 @@ async def test_nothing_prepared_and_damaged_checkpoint_is_reset_with_a_copy_kept
     short_root: Path,
 ) -> None:
     root = short_root / "node"
-    checkpoint, _ = await node_with_one_claim(root, claims=MemoryClaims(), released=True)
+    checkpoint, _ = await node_with_one_claim(
+        root, claims=MemoryClaims(), released=True, legacy=True
+    )
     checkpoint.write_bytes(b"{garbage")
 
     async with running_node(root) as node:
@@ -114,21 +121,31 @@ async def test_nothing_prepared_and_damaged_checkpoint_is_reset_with_a_copy_kept
         assert (await node.plugin.prepare([again])).kubelet_error == ""
 
 
-async def test_checkpoint_damaged_while_running_fails_closed_and_is_kept(node_root: Path) -> None:
+async def test_a_damaged_record_fails_closed_for_that_claim_alone(node_root: Path) -> None:
     async with running_node(node_root) as node:
-        first = add_claim(node, "first", "gpu-0")
-        assert (await node.plugin.prepare([first])).kubelet_error == ""
-        node.settings.checkpoint_path.write_bytes(b"\x00" * 10)
+        damaged = add_claim(node, "damaged", "gpu-0")
+        healthy = add_claim(node, "healthy", "gpu-1")
+        assert (await node.plugin.prepare([damaged, healthy])).kubelet_error == ""
+        claimstore.damage_record(node.settings.store_path, damaged.uid)
 
-        second = add_claim(node, "second", "gpu-1")
-        refused = await node.plugin.prepare([second])
-        assert "unusable" in refused.claims[second.uid].error
-        assert node.driver.ledger.fail_closed
-        kept = list(node.settings.plugin_dir.glob("checkpoint.json.corrupt-*"))
-        assert [k.read_bytes() for k in kept] == [b"\x00" * 10]
-        assert (await node.plugin.unprepare([first])).kubelet_error == ""
-        assert node.backend.in_use() == {}
-        assert FINALIZER not in node.claims.finalizers("default", "first")
+        again = await node.plugin.prepare([damaged, healthy])
+        assert "not preparing new claims" in again.claims[damaged.uid].error
+        assert "checksum mismatch" in again.claims[damaged.uid].error
+        assert again.claims[healthy.uid].error == ""
+        assert not node.driver.ledger.fail_closed  # the node as a whole still serves
+        # Its device stays held: another claim allocated it meanwhile is refused.
+        thief = add_claim(node, "thief", "gpu-0")
+        refused = await node.plugin.prepare([thief])
+        assert damaged.uid in refused.claims[thief.uid].error
+        fresh = add_claim(node, "fresh", "gpu-2")
+        assert (await node.plugin.prepare([fresh])).kubelet_error == ""
+
+        # Unprepare works from what the CDI dir and the backend prove, then forgets it.
+        assert (await node.plugin.unprepare([damaged])).kubelet_error == ""
+        assert node.backend.in_use() == {"gpu-1": healthy.uid, "gpu-2": fresh.uid}
+        assert FINALIZER not in node.claims.finalizers("default", "damaged")
+        assert damaged.uid not in node.driver.ledger.known_claims()
+        assert (await node.plugin.prepare([thief])).kubelet_error == ""
 
 
 @pytest.fixture
@@ -154,7 +171,7 @@ async def test_driver_process_stays_up_on_a_corrupt_checkpoint(short_root: Path)
             assert (await plugin.prepare([ref])).kubelet_error == "", driver.log()
             await driver.kill()
             await kubelet.close()
-            paths.checkpoint.write_bytes(paths.checkpoint.read_bytes()[:-20])
+            claimstore.damage_store(paths.store)
 
             driver.start()
             plugin = await kubelet.wait_for_plugin("gpu.example.com", within=REGISTER_WITHIN)

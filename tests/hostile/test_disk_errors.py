@@ -1,5 +1,5 @@
-"""ENOSPC and EACCES while writing a CDI spec or the checkpoint: that claim gets an
-error, no partial file is left, and the node's state is as before the call."""
+"""ENOSPC and EACCES while writing a CDI spec or committing a claim record: that claim
+gets an error, no partial file is left, and the node's state is as before the call."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ FINALIZER = "gpu.example.com/prepared"
     [
         ("cdi.write.before-fsync", 1),
         ("cdi.write.after-fsync", 1),
-        ("checkpoint.write.before-fsync", 1),  # recording the intent
-        ("checkpoint.write.after-rename", 1),  # the intent is on disk, then the error
-        ("checkpoint.write.after-dir-fsync", 1),
-        ("checkpoint.write.before-fsync", 2),  # recording the completion
-        ("checkpoint.write.after-fsync", 2),
+        ("store.commit.before", 1),  # recording the intent
+        ("store.commit.after", 1),  # the intent is durable, then the error
+        ("store.commit.before", 2),  # recording the device's state
+        ("store.commit.after", 2),
+        ("store.commit.before", 3),  # recording the completion
     ],
 )
 async def test_write_error_fails_the_claim_and_changes_nothing(
@@ -30,7 +30,7 @@ async def test_write_error_fails_the_claim_and_changes_nothing(
 ) -> None:
     ok = add_claim(node, "ok", "gpu-3")
     assert (await node.plugin.prepare([ok])).kubelet_error == ""
-    checkpoint_before = node.settings.checkpoint_path.read_bytes()
+    records_before = node.driver.ledger.known_claims()
     specs_before = sorted(p.name for p in node.settings.cdi_dir.iterdir())
     victim = add_claim(node, "victim", "gpu-0")
 
@@ -42,7 +42,7 @@ async def test_write_error_fails_the_claim_and_changes_nothing(
     assert error
     assert ("No space left" in error) if action == "enospc" else ("Permission denied" in error)
     assert temp_files(node) == []
-    assert node.settings.checkpoint_path.read_bytes() == checkpoint_before
+    assert node.driver.ledger.known_claims() == records_before
     assert sorted(p.name for p in node.settings.cdi_dir.iterdir()) == specs_before
     assert node.backend.in_use() == {"gpu-3": ok.uid}
     assert FINALIZER not in node.claims.finalizers("default", "victim")
@@ -57,7 +57,7 @@ async def test_write_error_during_unprepare_keeps_the_claim_for_a_retry(
 ) -> None:
     claim = add_claim(node, "c", "gpu-1")
     assert (await node.plugin.prepare([claim])).kubelet_error == ""
-    failpoints.arm("checkpoint.write.before-fsync", action, nth=1)
+    failpoints.arm("store.commit.before", action, nth=1)
     failed = await node.plugin.unprepare([claim])
     failpoints.disarm()
     assert failed.claims[claim.uid]

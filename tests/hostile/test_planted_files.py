@@ -16,7 +16,6 @@ import pytest
 
 from dralet import fsutil
 from dralet.cdi.store import SpecStore
-from dralet.checkpoint.store import CheckpointStore
 from tests.hostile.conftest import add_claim, allowed_dirs, assert_written_only_inside
 from tests.node.conftest import Node
 
@@ -230,22 +229,24 @@ def test_a_lock_file_is_never_opened_through_a_planted_entry(
     assert victim.read_bytes() == SECRET
 
 
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "socket", "device"])
+async def test_the_claim_lock_file_is_never_opened_through_a_planted_entry(
+    tmp_path: Path, victim: Path, kind: str
+) -> None:
+    path = tmp_path / "claims.lock"
+    PLANTS[kind](path, victim)
+    with pytest.raises(fsutil.UnsafeFileError, match="not a lock file"):
+        async with fsutil.KeyedLocks(path).acquire("claim"):
+            pass
+    assert victim.read_bytes() == SECRET  # noqa: ASYNC240
+
+
 def test_a_planted_lock_dir_symlink_is_refused(tmp_path: Path, victim: Path) -> None:
     (tmp_path / "locks").symlink_to(victim.parent)
     mode = stat.S_IMODE(victim.parent.stat().st_mode)
     with pytest.raises(fsutil.UnsafeFileError, match="symbolic link"):
         fsutil.ensure_private_dir(tmp_path / "locks")
     assert stat.S_IMODE(victim.parent.stat().st_mode) == mode  # never chmod-ed through it
-
-
-def test_checkpoint_reset_moves_a_directory_aside(tmp_path: Path) -> None:
-    store = CheckpointStore(tmp_path / "checkpoint.json")
-    store.path.mkdir()
-    (store.path / "inside").write_text("x")
-    store.reset()
-    assert store.load().claims == {}
-    kept = [p for p in tmp_path.iterdir() if p.name.startswith("checkpoint.json.corrupt-")]
-    assert [(p / "inside").read_text() for p in kept] == ["x"]
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from dralet.testing.kubelet import KubeletClaim
+from tests import claimstore
 from tests.k8s.drivernode import DRIVER, NODE, Node, eventually
 from tests.k8sapi import driver_account, driver_identity
 from tests.kubefixtures import K8S_TIMEOUT
@@ -105,7 +106,7 @@ async def test_the_driver_uses_exactly_the_verbs_deploy_grants(node: Node) -> No
     assert (await node.plugin.unprepare([ref])).kubelet_error == "", node.driver.log()
     assert (await node.plugin.prepare([ref])).kubelet_error == "", node.driver.log()
     await node.driver.terminate()
-    node.paths.checkpoint.write_bytes(node.paths.checkpoint.read_bytes()[:40])
+    claimstore.damage_store(node.paths.store)
     await node.restart_driver()
     await eventually(
         lambda: [

@@ -47,13 +47,14 @@ async def test_prepare_twice_returns_same_ids_and_writes_once(node: Node) -> Non
     uid = claim["metadata"]["uid"]
     spec_path = node.settings.cdi_dir / f"gpu.example.com-claim_{uid}.json"
     before = os.stat(spec_path)
-    checkpoint_before = os.stat(node.settings.checkpoint_path)
+    commits = node.driver.metrics.registry.get_sample_value("dralet_store_commits_total")
     node.claims.calls.clear()
     second = await node.plugin.prepare([kclaim(claim)])
     assert second.claims == first.claims
     after = os.stat(spec_path)
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    assert os.stat(node.settings.checkpoint_path).st_ino == checkpoint_before.st_ino
+    # Answered from the record: nothing was committed to the store.
+    assert node.driver.metrics.registry.get_sample_value("dralet_store_commits_total") == commits
     assert node.claims.calls == []  # the cached result needs no API call
 
 
@@ -146,7 +147,7 @@ async def test_malformed_requests_are_invalid_argument_and_write_nothing(
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert message in (info.value.details() or "")
     assert sorted(p.name for p in node.settings.plugin_dir.rglob("*")) == before
-    assert not node.settings.checkpoint_path.exists()
+    assert node.driver.ledger.known_claims() == {}
     assert not list(node.settings.cdi_dir.glob("*"))
     assert node.backend.in_use() == {}
 
@@ -183,10 +184,7 @@ async def test_replaced_or_missing_claim_gets_a_per_claim_error(node: Node) -> N
     assert "was replaced" in result.claims[replaced.uid].error
     assert "not found" in result.claims[missing.uid].error
     assert node.backend.in_use() == {}
-    assert (
-        not node.settings.checkpoint_path.exists()
-        or json.loads(json.loads(node.settings.checkpoint_path.read_text())["data"])["claims"] == {}
-    )
+    assert node.driver.ledger.known_claims() == {}
 
 
 async def test_a_device_held_by_another_claim_is_refused_until_released(node: Node) -> None:

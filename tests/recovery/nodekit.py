@@ -76,6 +76,7 @@ class LedgerNode:
         """A new driver process on the same node: nothing is kept in memory."""
         if boot_id is not None:
             (self.root / "boot_id").write_text(boot_id + "\n")
+        self.ledger.store.shutdown()  # a process that went away holds no files open
         self.backend = SimulatedGPUs(
             state_dir=self.root / "gpus",
             node_name=NODE,
@@ -107,7 +108,7 @@ class LedgerNode:
         return await self.ledger.unprepare(refs)
 
     def checkpoint(self) -> Checkpoint:
-        return self.ledger.checkpoints.load()
+        return self.ledger.snapshot().checkpoint
 
     def record(self, ref: ClaimRef) -> ClaimRecord | None:
         return self.checkpoint().claims.get(ref.uid)

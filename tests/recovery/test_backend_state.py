@@ -12,6 +12,7 @@ import pytest
 from dralet import failpoints
 from dralet.node.backend import AllocatedDevice, ClaimRef
 from dralet.testing.strict import StrictBackend
+from tests.claimstore import damage_store
 from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
 
 PREPARE_POINTS = [
@@ -109,7 +110,7 @@ async def test_fail_closed_unprepare_releases_with_the_state(tmp_path: Path) -> 
     node = LedgerNode.create(tmp_path, strict=True)
     a = node.add_claim("a", "gpu-1")
     assert (await node.prepare(a))[a.uid].error == ""
-    node.settings.checkpoint_path.write_text("{not json")
+    damage_store(node.settings.store_path)
     engine = node.restart()
     report = await engine.recover()
     assert report.fail_closed

@@ -86,6 +86,7 @@ async def test_recovery_on_a_full_or_read_only_disk_serves_and_finishes_later(
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(6)]
     with crash_at("ledger.prepare.after-spec", nth=3), pytest.raises(SimulatedCrash):
         await node.prepare(*refs)  # killed mid-batch: several claims half-prepared
+    node.ledger.store.shutdown()  # the killed process holds no file open any more
     filler = smalldisk.fill(small_fs, free_pages=0) if fault == "full" else None
     if fault == "read-only":
         smalldisk.remount(small_fs, "ro")

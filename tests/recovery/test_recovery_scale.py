@@ -11,7 +11,7 @@ from dralet import failpoints
 from tests.recovery.nodekit import LedgerNode
 
 CLAIMS = 24
-CHECKPOINT_WRITTEN = "checkpoint.write.after-rename"
+CHECKPOINT_WRITTEN = "store.commit.after"
 
 
 @contextlib.contextmanager
@@ -43,7 +43,6 @@ async def test_reboot_revalidation_writes_the_checkpoint_once(tmp_path: Path) ->
     assert report.count("revalidated-after-reboot") == CLAIMS
     assert writes[0] == 1
     assert {r.boot_id for r in node.checkpoint().claims.values()} == {"boot-2"}
-    assert node.checkpoint().boot_id == "boot-2"
     for i, ref in enumerate(refs):
         node.assert_prepared(ref, f"gpu-{i}")
     assert (await node.restart().recover()).actions == []

@@ -1,12 +1,12 @@
-"""The driver's checkpoint: one versioned, checksummed, crash-safe state file.
+"""The driver's durable claim records.
 
-``model`` holds the values (claim records and their two-phase states), ``codec`` turns
-them into the stored envelope and back (checksum over the exact stored bytes, migration
-from the previous schema), ``store`` reads and writes the file with the atomic recipe
-of ``dralet.fsutil`` and sets aside a corrupt file for forensics. Used only by the
-claim engine in ``dralet.node.claims`` and by ``dralet audit``.
+``model`` holds the values (claim records and their two-phase states); ``database`` keeps
+them, one checksummed row per claim in SQLite, committed in groups; ``codec`` turns a
+record into its stored JSON and back, and reads the single-file checkpoint of earlier
+releases (schema v1 and v2) that ``store`` loads once on upgrade. Used only by the claim
+engine in ``dralet.node.claims`` and by ``dralet audit``.
 """
 
-from dralet.checkpoint import codec, model, store
+from dralet.checkpoint import codec, database, model, store
 
-__all__ = ["codec", "model", "store"]
+__all__ = ["codec", "database", "model", "store"]

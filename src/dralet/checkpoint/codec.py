@@ -21,7 +21,15 @@ from typing import Any
 
 from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
 
-__all__ = ["API_GROUP", "CURRENT_VERSION", "CodecError", "decode", "encode"]
+__all__ = [
+    "API_GROUP",
+    "CURRENT_VERSION",
+    "CodecError",
+    "decode",
+    "decode_record",
+    "encode",
+    "encode_record",
+]
 
 API_GROUP = "checkpoint.dralet.dev"
 KIND = "DriverCheckpoint"
@@ -121,6 +129,26 @@ def to_document(cp: Checkpoint) -> dict[str, Any]:
 def encode(cp: Checkpoint) -> bytes:
     data = _canonical(to_document(cp))
     return (_canonical({"checksum": checksum(data), "data": data}) + "\n").encode()
+
+
+def encode_record(record: ClaimRecord) -> str:
+    """One claim's record as canonical JSON (a row of the record database)."""
+    return _canonical(_record_to_dict(record))
+
+
+def decode_record(uid: str, data: str) -> ClaimRecord:
+    """The record ``encode_record`` made; any other input raises ``CodecError``."""
+    try:
+        record = _record_from_dict(uid, _parse_json(data, f"record of claim {uid[:64]!r}"))
+    except RecursionError as exc:
+        raise CodecError("content is nested too deeply") from exc
+    try:
+        encode_record(record).encode()
+    except UnicodeEncodeError as exc:
+        raise CodecError("record holds a string with a lone surrogate") from exc
+    except (RecursionError, ValueError) as exc:
+        raise CodecError(f"record cannot be written back ({type(exc).__name__})") from exc
+    return record
 
 
 def _device_from_dict(value: Any) -> DeviceRecord:

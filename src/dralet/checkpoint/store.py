@@ -1,4 +1,4 @@
-"""The checkpoint file on disk: load, atomic save, and quarantine of a corrupt file.
+"""The single-file checkpoint of releases before the record database: read on upgrade.
 
 Whatever sits at the checkpoint path (a symlink, FIFO, directory, an unreadable or huge
 file) is read without following, blocking or loading it whole, and any failure to read
@@ -7,15 +7,11 @@ it is ``CheckpointCorruptError``: the driver fails closed instead of exiting or 
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
-import os
-import stat
-import time
 from pathlib import Path
 
-from dralet import errors, failpoints, fsutil
+from dralet import errors, fsutil
 from dralet.checkpoint import codec
 from dralet.checkpoint.model import Checkpoint
 
@@ -25,14 +21,6 @@ log = logging.getLogger(__name__)
 
 MAX_CHECKPOINT_BYTES = 64 << 20
 """A larger file is refused as corrupt (10,000 prepared claims take about 10 MiB)."""
-
-FAILPOINT_WRITE = "checkpoint.write"
-failpoints.declare(
-    *(
-        f"{FAILPOINT_WRITE}.{s}"
-        for s in ("before-fsync", "after-fsync", "after-rename", "after-dir-fsync")
-    )
-)
 
 
 class CheckpointStore:
@@ -61,50 +49,8 @@ class CheckpointStore:
     def save(self, checkpoint: Checkpoint) -> bytes:
         """Write ``checkpoint`` atomically; returns the exact bytes stored."""
         raw = codec.encode(checkpoint)
-        fsutil.atomic_write(self.path, raw, mode=0o600, failpoint=FAILPOINT_WRITE)
+        fsutil.atomic_write(self.path, raw, mode=0o600)
         return raw
-
-    def _aside_path(self) -> Path:
-        return self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-
-    def keep_aside(self) -> Path | None:
-        """Keep an unusable file aside for forensics; returns where, or None. Never raises.
-
-        The copy is a second hard link, so nothing is read (a FIFO cannot block, a huge
-        file is not copied) and the entry is kept exactly as found. The original stays
-        where it is, so a restart fails closed again instead of starting from a silently
-        empty state. A directory cannot be linked and is only kept by ``reset``.
-        """
-        target = self._aside_path()
-        try:
-            os.link(self.path, target, follow_symlinks=False)
-        except FileExistsError:
-            return target
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            log.warning("could not keep the unusable checkpoint %s aside: %s", self.path, exc)
-            return None
-        with contextlib.suppress(OSError):
-            fsutil.fsync_dir(self.path.parent)
-        return target
-
-    def reset(self) -> None:
-        """Replace the file with an empty checkpoint (only once nothing is prepared).
-
-        Whatever is at the path is ours to replace here: the plugin dir is private to
-        the driver. A directory is moved aside first; any other entry is replaced by
-        the rename, which never follows it.
-        """
-        try:
-            mode = os.lstat(self.path).st_mode
-        except FileNotFoundError:
-            mode = 0
-        if stat.S_ISDIR(mode):
-            os.rename(self.path, self._aside_path())
-        elif mode and not stat.S_ISREG(mode):
-            os.unlink(self.path)
-        self.save(Checkpoint())
 
 
 def _reason(exc: OSError) -> str:

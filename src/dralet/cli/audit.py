@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import shutil
 import sys
 import textwrap
@@ -108,7 +109,7 @@ class AuditResult:
             "pool": self.settings.pool_name,
             "sources": {
                 "checkpoint": {
-                    "path": str(self.settings.checkpoint_path),
+                    "path": str(records_path(self.settings)),
                     "claims": len(checkpoint.claims) if checkpoint is not None else None,
                     "error": snapshot.checkpoint_error,
                 },
@@ -282,14 +283,22 @@ def wrap_prose(lines: Sequence[str], width: int | None) -> str:
     return "\n".join(out)
 
 
+def records_path(settings: DriverSettings) -> Path:
+    """The file the claim records were read from: the record database, or the
+    ``checkpoint.json`` of an older release it has not taken over yet."""
+    if not os.path.lexists(settings.store_path) and os.path.lexists(settings.checkpoint_path):
+        return settings.checkpoint_path
+    return settings.store_path
+
+
 def render_text(result: AuditResult, *, width: int | None = None) -> str:
     """The human report: what was read, a findings table, and what --fix does or did."""
     s = result.settings
     snap = result.snapshot
     checkpoint = (
-        f"{s.checkpoint_path} ({len(snap.checkpoint.claims)} claims)"
+        f"{records_path(s)} ({len(snap.checkpoint.claims)} claims)"
         if snap.checkpoint is not None
-        else f"{s.checkpoint_path} (unusable)"
+        else f"{records_path(s)} (unusable)"
     )
     backend = (
         f"example driver state {result.backend_state} ({len(snap.in_use)} devices in use)"

@@ -59,11 +59,22 @@ class ClaimClient:
         claim.setdefault("kind", resource.kind)
         return claim
 
-    async def add_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+    async def add_finalizer(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        finalizer: str,
+        *,
+        current: Mapping[str, Any] | None = None,
+    ) -> bool:
         """Add ``finalizer`` to the claim with this UID; False if that claim is gone
-        (missing, replaced by another UID, or already being deleted)."""
-        result = await self._change_finalizers(namespace, name, uid, finalizer, add=True)
-        return result
+        (missing, replaced by another UID, or already being deleted). ``current``, the
+        claim as just read, saves the first read: a stale one only costs a 409 and a
+        re-read."""
+        return await self._change_finalizers(
+            namespace, name, uid, finalizer, add=True, current=current
+        )
 
     async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
         """Remove ``finalizer``; True also when the claim with this UID is already gone."""
@@ -71,13 +82,22 @@ class ClaimClient:
         return True
 
     async def _change_finalizers(
-        self, namespace: str, name: str, uid: str, finalizer: str, *, add: bool
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        finalizer: str,
+        *,
+        add: bool,
+        current: Mapping[str, Any] | None = None,
     ) -> bool:
         resource = await self._resource()
         backoff = self.client.settings.conflict_backoff
         where = f"ResourceClaim {namespace}/{name}"
         for attempt in range(len(backoff) + 1):
-            claim = await self.get_claim(namespace, name)
+            claim = current if attempt == 0 and current is not None else None
+            if claim is None:
+                claim = await self.get_claim(namespace, name)
             metadata = (claim or {}).get("metadata") or {}
             if claim is None or metadata.get("uid") != uid:
                 return False

@@ -289,6 +289,7 @@ class Driver:
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()
         await self._tasks.cancel_all()
+        await self.ledger.store.close()
         self.stopped.set()
         log.info("driver stopped")
 

@@ -33,8 +33,14 @@ class DriverSettings:
     """When set, sockets get per-instance names (rolling updates, Kubernetes >= 1.33)."""
     boot_id_path: Path = Path("/proc/sys/kernel/random/boot_id")
     """Source of the boot ID recorded in the checkpoint to detect reboots."""
-    max_parallel_claims: int = 8
-    """Claims processed concurrently, shared fairly by every call in flight."""
+    max_parallel_claims: int = 64
+    """Claims processed concurrently, shared fairly by every call in flight. Claims that
+    reach the same step together share one durable commit, so this also bounds how many
+    writes a commit groups."""
+    max_parallel_api_calls: int = 16
+    """Kubernetes API requests (claim reads, finalizer patches) in flight at once."""
+    max_parallel_backend_calls: int = 16
+    """Backend ``prepare``/``release`` calls in flight at once."""
     recovery_retry: float = 1.0
     """First delay (s) before a claim whose recovery failed (disk full, read-only) is
     retried; it doubles up to a minute."""
@@ -96,8 +102,16 @@ class DriverSettings:
 
     @property
     def checkpoint_path(self) -> Path:
+        """The single-file checkpoint of releases before the record database; read once
+        on upgrade and renamed ``*.migrated``."""
         return self.plugin_dir / "checkpoint.json"
 
     @property
-    def lock_dir(self) -> Path:
-        return self.plugin_dir / "locks"
+    def store_path(self) -> Path:
+        """The claim record database (SQLite, WAL mode)."""
+        return self.plugin_dir / "claims.db"
+
+    @property
+    def claim_lock_path(self) -> Path:
+        """One file whose byte-range locks serialise each claim across driver instances."""
+        return self.plugin_dir / "claims.lock"

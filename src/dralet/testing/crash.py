@@ -49,7 +49,7 @@ import grpc
 
 from dralet import errors, failpoints, fsutil
 from dralet.cdi import store as cdi_store
-from dralet.checkpoint import store as checkpoint_store
+from dralet.checkpoint import database
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node import audit
 from dralet.node import claims as claim_checks
@@ -293,7 +293,6 @@ class _Run:
             backend_state_dir=self.paths.state_dir,
         )
         self.specs = cdi_store.SpecStore(self.node_settings.cdi_dir, self.node_settings.cdi_kind)
-        self.checkpoints = checkpoint_store.CheckpointStore(self.node_settings.checkpoint_path)
         self.finalizer = claim_checks.finalizer_name(settings.driver_name)
         self.pods: list[_Pod] = []
         self.holds: set[str] = set()
@@ -520,7 +519,10 @@ class _Run:
         uid = pod.ref.uid
         where = f"{pod.ref.name} unprepared successfully but"
         try:
-            record = self.checkpoints.load().claims.get(uid)
+            records = database.read_only_snapshot(
+                self.node_settings.store_path, self.node_settings.checkpoint_path
+            )
+            record = records.checkpoint.claims.get(uid)
         except errors.CheckpointCorruptError as exc:
             self.violation(f"{where} the checkpoint is unreadable: {exc}")
             return
@@ -554,7 +556,9 @@ class _Run:
         if operation == "prepare" and idle:
             await self.prepare([self.rng.choice(idle)])
         elif operation == "prepare-batch" and len(idle) >= 2:
-            await self.prepare(self.rng.sample(idle, 2))
+            # Several claims in one call: their steps share group commits, so a kill
+            # at a commit lands between the phases of several claims at once.
+            await self.prepare(self.rng.sample(idle, self.rng.randint(2, len(idle))))
         elif operation == "delete-pod" and wanted:
             await self.unprepare([self.rng.choice(wanted)])
         elif operation == "concurrent" and idle and wanted:

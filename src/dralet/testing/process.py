@@ -81,7 +81,13 @@ class DriverPaths:
 
     @property
     def checkpoint(self) -> Path:
+        """Where releases before the record database kept their single checkpoint file."""
         return self.plugin_dir / "checkpoint.json"
+
+    @property
+    def store(self) -> Path:
+        """The claim record database."""
+        return self.plugin_dir / "claims.db"
 
     @property
     def dra_socket(self) -> Path:

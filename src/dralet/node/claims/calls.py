@@ -6,6 +6,7 @@ different state than the record says; the crash suite kills the driver at each.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,42 +50,67 @@ def allocated(record: DeviceRecord) -> AllocatedDevice:
 
 
 class Calls:
-    def __init__(self, backend: DeviceBackend, claims: ClaimSource, *, finalizer: str) -> None:
+    """The calls, each kind bounded by its own limit of calls in flight."""
+
+    def __init__(
+        self,
+        backend: DeviceBackend,
+        claims: ClaimSource,
+        *,
+        finalizer: str,
+        api_limit: int = 16,
+        backend_limit: int = 16,
+    ) -> None:
         self.backend = backend
         self.claims = claims
         self.finalizer = finalizer
+        self._api = asyncio.Semaphore(api_limit)
+        self._backend = asyncio.Semaphore(backend_limit)
 
     async def get_claim(self, ref: ClaimRef) -> Mapping[str, Any] | None:
-        return await self.claims.get_claim(ref.namespace, ref.name)
+        async with self._api:
+            return await self.claims.get_claim(ref.namespace, ref.name)
 
-    async def add_finalizer(self, ref: ClaimRef) -> bool:
+    async def add_finalizer(
+        self, ref: ClaimRef, *, current: Mapping[str, Any] | None = None
+    ) -> bool:
+        """``current``: the claim as this prepare read it (it is not read twice)."""
         failpoints.hit(FP_API_ADD_FINALIZER_BEFORE)
-        added = await self.claims.add_finalizer(ref.namespace, ref.name, ref.uid, self.finalizer)
+        async with self._api:
+            added = await self.claims.add_finalizer(
+                ref.namespace, ref.name, ref.uid, self.finalizer, current=current
+            )
         failpoints.hit(FP_API_ADD_FINALIZER_AFTER)
         return added
 
     async def remove_finalizer(self, ref: ClaimRef) -> bool:
         failpoints.hit(FP_API_REMOVE_FINALIZER_BEFORE)
-        removed = await self.claims.remove_finalizer(
-            ref.namespace, ref.name, ref.uid, self.finalizer
-        )
+        async with self._api:
+            removed = await self.claims.remove_finalizer(
+                ref.namespace, ref.name, ref.uid, self.finalizer
+            )
         failpoints.hit(FP_API_REMOVE_FINALIZER_AFTER)
         return removed
 
     async def prepare_device(self, ref: ClaimRef, device: DeviceRecord) -> PreparedDevice:
         failpoints.hit(FP_BACKEND_PREPARE_BEFORE)
-        result = await self.backend.prepare(ref, allocated(device))
+        async with self._backend:
+            result = await self.backend.prepare(ref, allocated(device))
         failpoints.hit(FP_BACKEND_PREPARE_AFTER)
         return result
 
     async def release_device(self, ref: ClaimRef, device: DeviceRecord) -> None:
         """``release`` with the device's config and exactly the state ``prepare`` returned."""
         failpoints.hit(FP_BACKEND_RELEASE_BEFORE)
-        await self.backend.release(ref, allocated(device), device.prepared_state)
+        async with self._backend:
+            await self.backend.release(ref, allocated(device), device.prepared_state)
         failpoints.hit(FP_BACKEND_RELEASE_AFTER)
 
     async def release_unrecorded(self, ref: ClaimRef, pool: str, device: str) -> None:
         """Release a device the backend holds with no record of it (nothing to hand back)."""
         failpoints.hit(FP_BACKEND_RELEASE_BEFORE)
-        await self.backend.release(ref, AllocatedDevice(request="", pool=pool, device=device), {})
+        async with self._backend:
+            await self.backend.release(
+                ref, AllocatedDevice(request="", pool=pool, device=device), {}
+            )
         failpoints.hit(FP_BACKEND_RELEASE_AFTER)

@@ -7,7 +7,7 @@ Every path is observe → plan → execute under the claim's lock. A claim UID f
     ClaimEngine.prepare → _run_call → _worker (a fair slot) → _timed (errors acted on)
     _prepare_claim (claim lock, temporary errors retried) → _prepare_planned
         (observe → plan.plan_prepare) → execute.Steps.prepare_fresh
-        → RecordStore.put (records) / SpecStore.write (the CDI file)
+        → RecordStore.intent/put (records, group-committed) / SpecStore.write (the CDI file)
 
 Unprepare, recovery at start, stale-claim cleanup and ``dralet audit --fix`` plan with
 the same ``plan`` functions and execute through the same ``Steps`` (``settle``).
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from dralet import errors, logs
 from dralet.cdi import store as cdi_store
-from dralet.checkpoint.model import Checkpoint, ClaimRecord, DeviceRecord
-from dralet.checkpoint.store import CheckpointStore
+from dralet.checkpoint.database import Snapshot
+from dralet.checkpoint.model import ClaimRecord, DeviceRecord
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef, DeviceBackend
 from dralet.node.claims import plan, settle
@@ -71,9 +71,14 @@ class ClaimEngine:
         self.backend = backend
         self.metrics = metrics or DriverMetrics()
         self.store = RecordStore(settings, boot_id=read_boot_id(settings), metrics=self.metrics)
+        self.metrics.claims_prepared.set_function(self.store.count_prepared)
         self.specs = cdi_store.SpecStore(settings.cdi_dir, settings.cdi_kind)
         self.calls = Calls(
-            backend, claims or NoClaimSource(), finalizer=finalizer_name(settings.driver_name)
+            backend,
+            claims or NoClaimSource(),
+            finalizer=finalizer_name(settings.driver_name),
+            api_limit=settings.max_parallel_api_calls,
+            backend_limit=settings.max_parallel_backend_calls,
         )
         self.steps = Steps(
             settings, store=self.store, specs=self.specs, calls=self.calls, metrics=self.metrics
@@ -88,46 +93,46 @@ class ClaimEngine:
     # ------------------------------------------------------------------ state access
 
     @property
-    def checkpoints(self) -> CheckpointStore:
-        return self.store.checkpoints
-
-    @property
     def fail_closed(self) -> str:
         return self.mode.fail_closed
 
-    def load(self) -> Checkpoint:
-        return self.store.load()
+    def snapshot(self) -> Snapshot:
+        """Every record as stored now (raises ``CheckpointCorruptError``)."""
+        return self.store.snapshot()
 
     def known_claims(self) -> Mapping[str, ClaimRecord]:
-        return self.store.load().claims
+        return self.store.snapshot().checkpoint.claims
 
-    def enter_fail_closed(self, reason: str) -> None:
-        """Stop trusting the checkpoint (found unusable while running); keep a copy."""
+    def enter_fail_closed(self, exc: errors.CheckpointCorruptError) -> None:
+        """Stop trusting the store (found unusable while running); keep a copy."""
         if self.mode.fail_closed:
             return
-        try:
-            kept = self.store.checkpoints.keep_aside()
-        except OSError:
-            kept = None
-            log.exception("could not keep a copy of the unusable checkpoint")
+        kept = self.store.keep_aside(exc.path)
+        reason = str(exc)
         self.mode = Mode(f"{reason} (copy kept at {kept})" if kept else reason)
         self.metrics.checkpoint_errors.labels("corrupt").inc()
-        log.error("checkpoint unusable, failing closed: %s", self.mode.fail_closed)
+        log.error("claim store unusable, failing closed: %s", self.mode.fail_closed)
 
     def observe(self, uid: str) -> ClaimView:
-        """One claim as it is now (call with its lock held). Never writes."""
+        """One claim as it is now (call with its lock held). Never writes.
+
+        A record that fails its checksum makes this claim alone fail closed; a store
+        that cannot be read at all makes the whole node fail closed.
+        """
         record = None
-        if not self.mode.fail_closed:
+        fail_closed = self.mode.fail_closed
+        if not fail_closed:
             try:
-                record = self.store.load().claims.get(uid)
+                record, fail_closed = self.store.record(uid)
             except errors.CheckpointCorruptError as exc:
-                self.enter_fail_closed(str(exc))
+                self.enter_fail_closed(exc)
+                fail_closed = self.mode.fail_closed
         return ClaimView(
             uid,
             record,
             spec_present=self.specs.exists(uid),
             boot_id=self.store.boot_id,
-            fail_closed=self.mode.fail_closed,
+            fail_closed=fail_closed,
         )
 
     # ------------------------------------------------------------------ the RPC paths
@@ -264,9 +269,7 @@ class ClaimEngine:
                     )
                 return PrepareOutcome(devices=view.record.devices)
             if action is plan.Action.REFUSE:
-                raise errors.ClaimError(
-                    ref.uid, f"not preparing new claims: {self.mode.fail_closed}"
-                )
+                raise errors.ClaimError(ref.uid, f"not preparing new claims: {view.fail_closed}")
             if action is plan.Action.PREPARE:
                 record = await self.steps.prepare_fresh(ref)
                 return PrepareOutcome(devices=record.devices)
@@ -279,6 +282,8 @@ class ClaimEngine:
             for action in plan.plan_unprepare(view):
                 if action is plan.Action.UNPREPARE_FROM_PROOF:
                     await self.steps.unprepare_from_proof(ref)
+                    if not self.mode.fail_closed:
+                        await self.store.drop(ref.uid)  # this claim's unusable record
                 else:
                     await self.run_step(action, view, reason="unprepare")
             self._stale_since.pop(ref.uid, None)
@@ -289,14 +294,14 @@ class ClaimEngine:
         action name ('' when there was nothing left to do)."""
         record = view.record
         if action is plan.Action.REMOVE_ORPHAN_SPEC:
-            if record is None and self.specs.remove(view.uid):
+            if record is None and await asyncio.to_thread(self.specs.remove, view.uid):
                 self.metrics.recovery_actions.labels("orphan-spec-removed").inc()
                 return "orphan-spec-removed"
             return ""
         if record is None:
             return ""
         if action is plan.Action.REWRITE_SPEC:
-            return "spec-rewritten" if self.steps.rewrite_spec(record) else ""
+            return "spec-rewritten" if await self.steps.rewrite_spec(record) else ""
         names = {
             plan.Action.ROLL_BACK: "prepare-rolled-back",
             plan.Action.FINISH_UNPREPARE: "unprepare-finished",

@@ -22,7 +22,8 @@ from typing import Any
 from dralet import errors, failpoints
 from dralet.cdi import spec as cdi_spec
 from dralet.cdi import store as cdi_store
-from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
+from dralet.checkpoint.database import Put
+from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID
 from dralet.node.claims import source
@@ -96,7 +97,7 @@ class Steps:
             )
         record = await self._record_intent(ref, self._device_records(ref.uid, allocated))
         try:
-            if not await self.calls.add_finalizer(ref):
+            if not await self.calls.add_finalizer(ref, current=claim):
                 raise errors.ClaimError(
                     ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} disappeared while preparing"
                 )
@@ -115,7 +116,7 @@ class Steps:
                 edits.append(result.edits)
             failpoints.hit(FP_AFTER_BACKEND_PREPARE)
             document = self._build_spec(ref, record.devices, edits)
-            self.specs.write(ref.uid, document)
+            await asyncio.to_thread(self.specs.write, ref.uid, document)
             failpoints.hit(FP_AFTER_SPEC)
             completed = await self.store.put(
                 record.with_state(ClaimState.PREPARE_COMPLETED, cdi_spec=document)
@@ -164,12 +165,8 @@ class Steps:
             updated_at=now_stamp(),
         )
 
-        def record_intent(cp: Checkpoint) -> Checkpoint:
-            self._check_exclusive(ref, devices, cp)
-            return cp.with_claim(started)
-
         try:
-            await self.store.update(record_intent)
+            await self.store.intent(started)
         except asyncio.CancelledError:
             raise
         except errors.ClaimError:
@@ -212,17 +209,6 @@ class Steps:
             )
         return tuple(by_device.values())
 
-    @staticmethod
-    def _check_exclusive(ref: ClaimRef, devices: Sequence[DeviceRecord], cp: Checkpoint) -> None:
-        for d in devices:
-            if d.admin_access:
-                continue  # admin access observes a device without owning it
-            holder = cp.holder_of(d.pool, d.device, share_id=d.share_id)
-            if holder is not None and holder.uid != ref.uid:
-                raise errors.DeviceBusyError(
-                    ref.uid, device=f"{d.pool}/{d.device}", holder_uid=holder.uid
-                )
-
     def _build_spec(
         self,
         ref: ClaimRef,
@@ -238,13 +224,16 @@ class Steps:
         )
         return cdi_spec.to_json(spec)
 
-    def rewrite_spec(self, record: ClaimRecord) -> bool:
-        """Rewrite a prepared claim's spec if it vanished (a reboot clears /var/run/cdi)."""
+    async def rewrite_spec(self, record: ClaimRecord, *, expected: bool = False) -> bool:
+        """Rewrite a prepared claim's spec if it vanished; ``expected`` after a reboot,
+        which clears /var/run/cdi (logged at info then, not as a warning)."""
         if record.cdi_spec is None or self.specs.exists(record.uid):
             return False
-        self.specs.write(record.uid, dict(record.cdi_spec))
-        log.warning(
-            "CDI spec was missing; rewrote it from the checkpoint", extra={"claim_uid": record.uid}
+        await asyncio.to_thread(self.specs.write, record.uid, dict(record.cdi_spec))
+        log.log(
+            logging.INFO if expected else logging.WARNING,
+            "CDI spec was missing; rewrote it from the claim's record",
+            extra={"claim_uid": record.uid},
         )
         return True
 
@@ -280,7 +269,7 @@ class Steps:
             failpoints.hit(FP_AFTER_UNPREPARE_STARTED)
         if record.state == ClaimState.UNPREPARE_STARTED:
             # The spec goes first: no container may start with a device being released.
-            self.specs.remove(record.uid)
+            await asyncio.to_thread(self.specs.remove, record.uid)
             for device in record.devices:
                 await self._release(ref, record, device, ask_backend=not in_process)
             failpoints.hit(FP_AFTER_RELEASE)
@@ -343,7 +332,7 @@ class Steps:
         claim, so its finalizer goes too once nothing is held any more; otherwise the
         ResourceClaim could never be deleted.
         """
-        self.specs.remove(ref.uid)
+        await asyncio.to_thread(self.specs.remove, ref.uid)
         in_use = await self.calls.backend.devices_in_use()
         held = sorted(device for device, holder in in_use.items() if holder == ref.uid)
         records = {d.device: d for d in await self._allocation_if_known(ref)}
@@ -376,7 +365,7 @@ class Steps:
 
     async def release_orphan(self, device: str, holder_uid: str) -> bool:
         """Release a device the backend holds for a claim with no record holding it."""
-        record = self.store.load().claims.get(holder_uid)
+        record, _ = self.store.record(holder_uid)
         if (
             record is not None
             and record.holds_devices
@@ -390,7 +379,7 @@ class Steps:
         return True
 
     async def restore_finalizer(self, uid: str) -> bool:
-        record = self.store.load().claims.get(uid)
+        record, _ = self.store.record(uid)
         if record is None or record.state != ClaimState.PREPARE_COMPLETED:
             return False
         await self.calls.add_finalizer(ref_of(record))
@@ -399,19 +388,22 @@ class Steps:
         return True
 
     async def remove_foreign_finalizer(self, ref: ClaimRef) -> bool:
-        if ref.uid in self.store.load().claims:
+        record, corrupt = self.store.record(ref.uid)
+        if record is not None or corrupt:
             return False
         await self.calls.remove_finalizer(ref)
         return True
 
-    def stamp(self, checkpoint: Checkpoint, revalidated: Mapping[str, ClaimRecord]) -> Checkpoint:
-        """Mark claims revalidated after a reboot, in one write for all of them.
+    async def stamp(self, revalidated: Mapping[str, ClaimRecord]) -> None:
+        """Mark claims revalidated after a reboot, in one commit for all of them.
 
         A record changed since it was revalidated (another instance unprepared it) is
         left alone; a record still unstamped is simply revalidated again next start.
         """
-        claims = dict(checkpoint.claims)
-        for uid, record in revalidated.items():
-            if claims.get(uid) == record:
-                claims[uid] = replace(record, boot_id=self.store.boot_id, updated_at=now_stamp())
-        return replace(checkpoint, claims=claims)
+        stamp = now_stamp()
+        await self.store.commit(
+            [
+                Put(replace(r, boot_id=self.store.boot_id, updated_at=stamp), expect=r)
+                for r in revalidated.values()
+            ]
+        )

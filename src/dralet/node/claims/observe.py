@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from dralet import errors
 from dralet.cdi import store as cdi_store
-from dralet.checkpoint import store as checkpoint_store
+from dralet.checkpoint import database
+from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import Checkpoint, ClaimRecord
 from dralet.node.backend import DeviceBackend
 from dralet.node.settings import DriverSettings
@@ -44,6 +45,8 @@ class NodeSnapshot:
     """ResourceClaims from the API; None when the API was not consulted."""
     boot_id: str = ""
     """The node's boot ID now; empty when unknown (no reboot is assumed)."""
+    corrupt: Mapping[str, str] = field(default_factory=dict)
+    """Claim UID → why its record cannot be trusted (that claim alone fails closed)."""
 
 
 @dataclass(frozen=True)
@@ -97,16 +100,20 @@ async def take_snapshot(
     *,
     backend: DeviceBackend | None = None,
     claims: ClaimLister | None = None,
-    checkpoint: Checkpoint | None = None,
+    records: Snapshot | None = None,
 ) -> NodeSnapshot:
-    """Everything the planner needs about the node; ``checkpoint`` skips reading it again."""
+    """Everything the planner needs about the node; ``records`` skips reading them again
+    (without it they are read without writing anything, as ``dralet audit`` must)."""
     store = cdi_store.SpecStore(settings.cdi_dir, settings.cdi_kind)
     checkpoint_error = ""
-    if checkpoint is None:
-        try:
-            checkpoint = checkpoint_store.CheckpointStore(settings.checkpoint_path).load()
-        except errors.CheckpointCorruptError as exc:
-            checkpoint_error = str(exc)
+    checkpoint: Checkpoint | None = None
+    corrupt: Mapping[str, str] = {}
+    try:
+        if records is None:
+            records = database.read_only_snapshot(settings.store_path, settings.checkpoint_path)
+        checkpoint, corrupt = records.checkpoint, records.corrupt
+    except errors.CheckpointCorruptError as exc:
+        checkpoint_error = str(exc)
     return NodeSnapshot(
         driver=settings.driver_name,
         pool=settings.pool_name,
@@ -117,4 +124,5 @@ async def take_snapshot(
         in_use=dict(await backend.devices_in_use()) if backend is not None else None,
         claims=list(await claims.list_claims()) if claims is not None else None,
         boot_id=read_boot_id(settings),
+        corrupt=corrupt,
     )

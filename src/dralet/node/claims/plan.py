@@ -215,9 +215,16 @@ def plan_node(snapshot: NodeSnapshot) -> list[Finding]:
     """Every inconsistency in ``snapshot`` with the step that repairs it, in a stable order."""
     if snapshot.checkpoint is None:
         return [_corrupt_checkpoint(snapshot)]
-    found: list[Finding] = []
+    found: list[Finding] = [
+        # Its CDI spec, devices and finalizer are left as they are: the kubelet's
+        # unprepare releases them from what the CDI dir and the backend prove.
+        _finding("corrupt-record", uid, why, None)
+        for uid, why in sorted(snapshot.corrupt.items())
+    ]
     records = snapshot.checkpoint.claims
     for uid, document in sorted(snapshot.specs.items()):
+        if uid in snapshot.corrupt:
+            continue
         record = records.get(uid)
         problem = _spec_problem(uid, document, cdi_kind=snapshot.cdi_kind, record=record)
         if problem is not None:
@@ -283,7 +290,7 @@ def _backend_findings(
         if pool == snapshot.pool
     }
     for device, uid in sorted(snapshot.in_use.items()):
-        if (device, uid) not in recorded:
+        if (device, uid) not in recorded and uid not in snapshot.corrupt:
             found.append(
                 _finding(
                     "orphan-device",
@@ -341,7 +348,11 @@ def _api_findings(snapshot: NodeSnapshot, records: Mapping[str, ClaimRecord]) ->
             )
     for (namespace, name), claim in sorted(by_name.items()):
         uid = claim.get("metadata", {}).get("uid", "")
-        if finalizer in (claim.get("metadata", {}).get("finalizers") or []) and uid not in records:
+        if (
+            finalizer in (claim.get("metadata", {}).get("finalizers") or [])
+            and uid not in records
+            and uid not in snapshot.corrupt
+        ):
             found.append(
                 _finding(
                     "finalizer-without-claim",

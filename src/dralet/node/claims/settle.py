@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dralet import errors, fsutil
@@ -62,18 +62,20 @@ async def recover(engine: ClaimEngine, *, retry_later: bool = True) -> RecoveryR
     except OSError as exc:
         log.error("cannot tidy the driver's directories yet: %s", exc)  # noqa: TRY400
     try:
-        checkpoint = engine.store.load()
+        records = await asyncio.to_thread(engine.store.open)
     except errors.CheckpointCorruptError as exc:
         return await _recover_corrupt(engine, exc, report)
-    snapshot = await take_snapshot(engine.settings, backend=engine.backend, checkpoint=checkpoint)
+    except OSError as exc:  # the disk, not the data: the driver serves and retries
+        log.error("cannot read the claim records yet: %s", exc)  # noqa: TRY400
+        report.deferred.append(("checkpoint", str(exc)))
+        engine.pending_recovery.add("checkpoint")
+        if retry_later:
+            engine.work.spawn("recovery-retry", _retry_forever(engine))
+        return report
+    engine.pending_recovery.discard("checkpoint")
+    snapshot = await take_snapshot(engine.settings, backend=engine.backend, records=records)
     findings = plan.steps_of(plan.plan_node(snapshot), by=frozenset({plan.BY_START}))
     await _execute(engine, findings, report)
-    after = engine.store.load()
-    if after.boot_id != engine.store.boot_id and after.claims:
-        # A new value is saved: that stamps the checkpoint with this boot's ID.
-        await _try(
-            engine, report, "checkpoint", lambda: engine.store.update(lambda cp: replace(cp))
-        )
     for action, _ in report.actions:
         engine.metrics.recovery_actions.labels(action).inc()
     if report.deferred and retry_later:
@@ -99,19 +101,26 @@ async def _execute(
     engine: ClaimEngine, findings: Sequence[plan.Finding], report: RecoveryReport
 ) -> None:
     revalidated: dict[str, ClaimRecord] = {}
-    for finding in findings:
-        action = plan.Action(finding.action)
+    # Claims are repaired concurrently (each under its own lock, as many at once as
+    # claims are prepared), so their durable writes share commits and fsyncs.
+    slots = asyncio.Semaphore(engine.settings.max_parallel_claims)
 
-        async def one(finding: plan.Finding = finding, action: plan.Action = action) -> None:
-            report.add(*await _run_finding(engine, finding, action, revalidated))
+    async def one(finding: plan.Finding) -> None:
+        async def step() -> None:
+            report.add(
+                *await _run_finding(engine, finding, plan.Action(finding.action), revalidated)
+            )
 
-        await _try(engine, report, finding.subject, one)
+        async with slots:
+            await _try(engine, report, finding.subject, step)
+
+    await asyncio.gather(*(one(finding) for finding in findings))
     if revalidated:
         await _try(
             engine,
             report,
             "checkpoint",
-            lambda: engine.store.update(lambda cp: engine.steps.stamp(cp, revalidated)),
+            lambda: engine.steps.stamp(revalidated),
         )
 
 
@@ -144,7 +153,7 @@ async def _run_finding(
     async with engine.store.claim_lock(finding.subject):
         if finding.kind == "invalid-spec" and action is plan.Action.REWRITE_SPEC:
             # Unlinked (as unprepare unlinks specs), then rewritten from the record.
-            engine.specs.remove(finding.subject)
+            await asyncio.to_thread(engine.specs.remove, finding.subject)
         view = engine.observe(finding.subject)
         # Planned again under the lock: the finding may be out of date by now.
         if action is plan.Action.UNPREPARE_STALE:
@@ -154,7 +163,7 @@ async def _run_finding(
             return "", ""
         if action is plan.Action.REVALIDATE and view.record is not None:
             if await engine.steps.survives_reboot(view.record):
-                engine.steps.rewrite_spec(view.record)
+                await engine.steps.rewrite_spec(view.record, expected=True)
                 revalidated[finding.subject] = view.record  # stamped in one write
                 return "revalidated-after-reboot", finding.subject
             await engine.steps.teardown(view.record, reason="device state did not survive a reboot")
@@ -176,14 +185,13 @@ async def _retry_forever(engine: ClaimEngine) -> None:
 async def _recover_corrupt(
     engine: ClaimEngine, exc: errors.CheckpointCorruptError, report: RecoveryReport
 ) -> RecoveryReport:
-    kept = engine.store.checkpoints.keep_aside()
+    kept = engine.store.keep_aside(exc.path)
     engine.metrics.checkpoint_errors.labels("corrupt").inc()
     specs = engine.specs.scan()
     in_use = await engine.backend.devices_in_use()
     if not specs and not in_use:
         # Provably nothing is prepared on this node: starting empty loses nothing.
-        engine.store.checkpoints.reset()
-        engine.store.forget_cache()
+        await asyncio.to_thread(engine.store.reset)
         report.add("corrupt-checkpoint-reset", f"{exc.reason} (copy kept at {kept})")
         log.error(
             "checkpoint was unusable (%s); nothing was prepared, so it was reset; copy at %s",
@@ -210,17 +218,35 @@ async def collect_stale(
         return []  # without the API, nothing can be proven stale
     current = time.monotonic() if now is None else now
     cleaned: list[str] = []
-    for uid, record in sorted(engine.store.load().claims.items()):
+    records = sorted((await asyncio.to_thread(engine.store.snapshot)).checkpoint.claims.items())
+    refs = {uid: ClaimRef(ClaimUID(uid), r.namespace, r.name) for uid, r in records}
+    # Read concurrently (bounded by the API limit); a claim that cannot be read now is
+    # simply not proven stale in this pass.
+    served = await asyncio.gather(
+        *(
+            engine.calls.get_claim(refs[uid])
+            for uid, r in records
+            if r.state != ClaimState.RELEASED
+        ),
+        return_exceptions=True,
+    )
+    claims = iter(served)
+    for uid, record in records:
         if record.state == ClaimState.RELEASED:
             async with engine.store.claim_lock(uid):
                 view = engine.observe(uid)
                 for step in plan.plan_settle(view):
                     await engine.run_step(step, view, reason="finalizer removal retried")
             continue
-        claim = await engine.calls.get_claim(ClaimRef(ClaimUID(uid), record.namespace, record.name))
+        claim = next(claims)
+        if isinstance(claim, BaseException):
+            if isinstance(claim, asyncio.CancelledError | errors.IrreversibleError):
+                raise claim
+            log.warning("could not read claim %s for stale-claim cleanup: %s", uid, claim)
+            continue
         stale = source.staleness(
             claim,
-            ClaimRef(ClaimUID(uid), record.namespace, record.name),
+            refs[uid],
             driver=engine.settings.driver_name,
             pool=engine.settings.pool_name,
         )

@@ -31,8 +31,20 @@ class ClaimSource(Protocol):
         """The ResourceClaim as a JSON dict, or None when it does not exist."""
         ...
 
-    async def add_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
-        """Add ``finalizer`` to the claim with this UID; False if that claim is gone."""
+    async def add_finalizer(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        finalizer: str,
+        *,
+        current: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Add ``finalizer`` to the claim with this UID; False if that claim is gone.
+
+        ``current`` is the claim as the caller just read it: a source that patches with
+        a resourceVersion precondition starts from it instead of reading it again.
+        """
         ...
 
     async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
@@ -47,7 +59,15 @@ class NoClaimSource:
     async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         raise errors.PermanentError("no ResourceClaim source configured (no API server)")
 
-    async def add_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+    async def add_finalizer(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        finalizer: str,
+        *,
+        current: Mapping[str, Any] | None = None,
+    ) -> bool:
         return False
 
     async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:

@@ -1,0 +1,357 @@
+"""The claim store under load: a real driver process over gRPC, each cost over its floor.
+
+The driver runs as its own process (``node_process.py``: the real engine, store, CDI
+writes and gRPC server; claims and devices in memory, so what is measured is what dralet
+owns). Every ratio divides two figures measured in this one run:
+
+- lifecycle with 1,000 claims recorded / with none (median prepare + unprepare of one
+  claim per call);
+- 1,000 claims in one NodePrepareResources (CDI dir on tmpfs as on real nodes, then on
+  the plugin dir's disk), and its per-claim cost over that of a 1-claim call;
+- one claim's lifecycle over its floor: the store commits it needs (each measured
+  beside it: one SQLite commit in the same directory), its CDI spec written and removed
+  (``fsutil.atomic_write`` + ``remove_file`` in the same CDI dir) and one gRPC round
+  trip per call (an empty NodePrepareResources); the API calls are measured against the
+  API stand-in and shown beside, not added (the driver here reads claims from memory);
+- 64 concurrent clients on overlapping claims for ``--duration`` seconds: p99 over the
+  1-claim p50, and how often the hardware was asked for a device another claim holds;
+- fsyncs per lifecycle and per 1,000-claim call (the driver run under ``strace``);
+- the driver's RSS idle and with 10,000 claims prepared.
+
+    .venv/bin/python benchmarks/bench_store.py [--duration 60] [--cycles 200]
+
+It prints a table; it is not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dralet import fsutil
+from dralet.checkpoint import database
+from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
+from dralet.testing.apiserver import ApiServer
+from dralet.testing.cluster import ControlPlane
+from dralet.testing.kubelet import KubeletClaim, KubeletEmulator, PluginConnection
+
+HERE = Path(__file__).resolve().parent
+DRIVER = "gpu.example.com"
+BATCH = 1_000
+RSS_CLAIMS = 10_000
+CONCURRENT_CLIENTS = 64
+OVERLAP_POOL = 96
+"""Claims the concurrent clients share; claims ``i`` and ``i + 48`` share a device."""
+FLOOR_SAMPLES = 300
+TMPFS = Path("/dev/shm")
+SPEC = b'{"cdiVersion":"0.5.0","kind":"gpu.example.com/claim","devices":[]}' + b" " * 400
+
+
+def claim(index: int) -> KubeletClaim:
+    return KubeletClaim("default", str(uuid.UUID(int=index + 1)), f"c{index}")
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Node:
+    root: Path
+    process: subprocess.Popen[bytes]
+    plugin: PluginConnection
+    kubelet: KubeletEmulator
+    trace: Path | None = None
+
+    def rss_mb(self) -> float:
+        pid = self.process.pid
+        if self.trace is not None:  # strace's child is the driver
+            pid = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def fsyncs(self) -> int:
+        assert self.trace is not None
+        text = self.trace.read_text() if self.trace.exists() else ""
+        return sum(1 for line in text.splitlines() if "fsync(" in line or "fdatasync(" in line)
+
+    def violations(self) -> int:
+        path = self.root / "violations"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@contextlib.asynccontextmanager
+async def node(
+    root: Path, *, claims: int, devices: int, cdi_dir: Path | None = None, trace: bool = False
+) -> AsyncIterator[Node]:
+    root.mkdir(parents=True)  # noqa: ASYNC240
+    command = [
+        sys.executable,
+        str(HERE / "node_process.py"),
+        str(root),
+        "--claims",
+        str(claims),
+        "--devices",
+        str(devices),
+    ]
+    if cdi_dir is not None:
+        command += ["--cdi-dir", str(cdi_dir)]
+    trace_path = root / "strace.out" if trace else None
+    if trace_path is not None:
+        command = [
+            "strace", "-f", "--seccomp-bpf", "-e", "trace=fsync,fdatasync",
+            "-o", str(trace_path), *command,
+        ]  # fmt: skip
+    log = (root / "driver.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)  # noqa: ASYNC220
+    kubelet = KubeletEmulator(root / "registry")
+    try:
+        plugin = await kubelet.wait_for_plugin(DRIVER, within=120)
+        yield Node(root, process, plugin, kubelet, trace_path)
+    finally:
+        await kubelet.close()
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+async def cycles(plugin: PluginConnection, refs: Sequence[KubeletClaim]) -> list[float]:
+    samples = []
+    for ref in refs:
+        start = time.perf_counter()
+        assert (await plugin.prepare([ref])).kubelet_error == ""
+        assert (await plugin.unprepare([ref])).kubelet_error == ""
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+async def one_call(
+    plugin: PluginConnection, refs: Sequence[KubeletClaim], *, prepare: bool
+) -> float:
+    start = time.perf_counter()
+    result = await (plugin.prepare(refs) if prepare else plugin.unprepare(refs))
+    elapsed = time.perf_counter() - start
+    assert result.kubelet_error == "", result.kubelet_error[:500]
+    return elapsed
+
+
+async def rpc_floor(plugin: PluginConnection) -> float:
+    samples = []
+    for _ in range(FLOOR_SAMPLES):
+        start = time.perf_counter()
+        await plugin.prepare_raw([])
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def commit_floor(directory: Path) -> float:
+    """One store commit of one small record, alone, in ``directory``."""
+    db = database.RecordDatabase(directory / "floor.db")
+    db.open()
+    samples = []
+    for i in range(FLOOR_SAMPLES):
+        rec = ClaimRecord(
+            uid=f"floor-{i % 8}",
+            namespace="default",
+            name="floor",
+            state=ClaimState.PREPARE_COMPLETED,
+            devices=(DeviceRecord(pool="node-a", device=f"gpu-{i % 8}"),),
+        )
+        start = time.perf_counter()
+        db.apply([database.Put(rec)])
+        samples.append(time.perf_counter() - start)
+    db.close()
+    return statistics.median(samples)
+
+
+def spec_floor(directory: Path) -> float:
+    """A spec-sized file written atomically and removed, in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    samples = []
+    for _ in range(FLOOR_SAMPLES):
+        start = time.perf_counter()
+        fsutil.atomic_write(directory / "floor.json", SPEC)
+        fsutil.remove_file(directory / "floor.json")
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+async def api_floor() -> float:
+    """What the API calls of one lifecycle cost against the stand-in: GET and finalizer
+    PATCH on prepare, GET and PATCH on unprepare."""
+    from dralet.kube.claims import ClaimClient
+    from dralet.kube.client import connect
+
+    async with ApiServer(kubernetes_version="1.34") as api:
+        cluster = ControlPlane(api)
+        cluster.add_node()
+        async with await connect(url=api.url) as client:
+            claims = ClaimClient(client)
+            samples = []
+            for i in range(FLOOR_SAMPLES // 3):
+                ref = cluster.allocate_claim(f"floor-{i}", [("gpu", "gpu-0")])
+                start = time.perf_counter()
+                current = await claims.get_claim(ref.namespace, ref.name)
+                await claims.add_finalizer(
+                    ref.namespace, ref.name, ref.uid, f"{DRIVER}/prepared", current=current
+                )
+                await claims.remove_finalizer(
+                    ref.namespace, ref.name, ref.uid, f"{DRIVER}/prepared"
+                )
+                samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+@dataclass
+class Concurrent:
+    latencies: list[float] = field(default_factory=list)
+    refused: int = 0
+
+
+async def concurrent_clients(plugin: PluginConnection, duration: float, base: int) -> Concurrent:
+    out = Concurrent()
+    pool = [claim(base + i) for i in range(OVERLAP_POOL)]
+    deadline = time.monotonic() + duration
+
+    async def client(seed: int) -> None:
+        rng = random.Random(seed)
+        while time.monotonic() < deadline:
+            ref = rng.choice(pool)
+            start = time.perf_counter()
+            result = await plugin.prepare([ref])
+            out.latencies.append(time.perf_counter() - start)
+            if result.claims[ref.uid].error:
+                out.refused += 1  # its device is another claim's: a correct refusal
+            await plugin.unprepare([ref])
+
+    await asyncio.gather(*(client(seed) for seed in range(CONCURRENT_CLIENTS)))
+    return out
+
+
+async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    cdi_tmpfs = Path(tempfile.mkdtemp(prefix="dralet-bench-cdi-", dir=TMPFS))
+    try:
+        singles = [claim(BATCH + i) for i in range(args.cycles)]
+        async with node(
+            root / "main",
+            claims=BATCH + args.cycles,
+            devices=BATCH + args.cycles,
+            cdi_dir=cdi_tmpfs,
+        ) as main:
+            rpc = await rpc_floor(main.plugin)
+            empty = await cycles(main.plugin, singles)
+            one_claim = []
+            for ref in singles[: args.cycles // 2]:
+                one_claim.append(await one_call(main.plugin, [ref], prepare=True))
+                await one_call(main.plugin, [ref], prepare=False)
+            batch = [claim(i) for i in range(BATCH)]
+            batch_prepare = await one_call(main.plugin, batch, prepare=True)
+            full = await cycles(main.plugin, singles)
+            batch_unprepare = await one_call(main.plugin, batch, prepare=False)
+        commit = commit_floor(root)
+        spec = spec_floor(cdi_tmpfs / "floor")
+        api = await api_floor()
+
+        ext4_cdi = root / "ext4-cdi"
+        async with node(root / "ext4", claims=BATCH, devices=BATCH, cdi_dir=ext4_cdi) as ext4:
+            ext4_prepare = await one_call(
+                ext4.plugin, [claim(i) for i in range(BATCH)], prepare=True
+            )
+
+        async with node(
+            root / "trace", claims=BATCH + 1, devices=BATCH + 1, cdi_dir=cdi_tmpfs, trace=True
+        ) as traced:
+            before = traced.fsyncs()
+            await cycles(traced.plugin, [claim(BATCH)])
+            lifecycle_fsyncs = traced.fsyncs() - before
+            before = traced.fsyncs()
+            await one_call(traced.plugin, [claim(i) for i in range(BATCH)], prepare=True)
+            batch_fsyncs = traced.fsyncs() - before
+
+        async with node(
+            root / "rss", claims=RSS_CLAIMS + OVERLAP_POOL, devices=RSS_CLAIMS + OVERLAP_POOL // 2
+        ) as big:
+            idle_rss = big.rss_mb()
+            for start in range(0, RSS_CLAIMS, BATCH):
+                await one_call(
+                    big.plugin, [claim(i) for i in range(start, start + BATCH)], prepare=True
+                )
+            full_rss = big.rss_mb()
+            hammer = await concurrent_clients(big.plugin, args.duration, RSS_CLAIMS)
+            violations = big.violations()
+    finally:
+        shutil.rmtree(cdi_tmpfs, ignore_errors=True)
+
+    p50_empty, p50_full = statistics.median(empty), statistics.median(full)
+    per_claim = batch_prepare / BATCH
+    p50_one = statistics.median(one_claim)
+    floor = 5 * commit + spec + 2 * rpc
+    p99 = percentile(hammer.latencies, 0.99)
+    rows += [
+        ("lifecycle p50, 1,000 recorded / none",
+         f"{p50_full * 1e3:.2f} / {p50_empty * 1e3:.2f} ms", f"{p50_full / p50_empty:.2f}x"),
+        ("1,000 claims in one prepare call (CDI on tmpfs)",
+         f"{batch_prepare:.3f} s = {BATCH / batch_prepare:,.0f} claims/s", ""),
+        ("  per claim / a 1-claim prepare call",
+         f"{per_claim * 1e3:.3f} / {p50_one * 1e3:.2f} ms", f"{per_claim / p50_one:.2f}x"),
+        ("  the same on ext4 (CDI dir on the plugin disk)",
+         f"{ext4_prepare:.3f} s = {BATCH / ext4_prepare:,.0f} claims/s", ""),
+        ("  unprepare of the 1,000 in one call",
+         f"{batch_unprepare:.3f} s = {BATCH / batch_unprepare:,.0f} claims/s", ""),
+        ("one lifecycle / its floor (5 commits + spec + 2 RPCs)",
+         f"{p50_empty * 1e3:.2f} / {floor * 1e3:.2f} ms", f"{p50_empty / floor:.2f}x"),
+        ("  floor parts: commit, spec write+remove, RPC",
+         f"{commit * 1e3:.2f}, {spec * 1e3:.2f}, {rpc * 1e3:.2f} ms", ""),
+        ("  API calls of a lifecycle (stand-in, not in the floor)", f"{api * 1e3:.2f} ms", ""),
+        (f"{CONCURRENT_CLIENTS} clients {args.duration:g} s: prepare p99 / 1-claim p50",
+         f"{p99 * 1e3:.1f} / {p50_one * 1e3:.2f} ms ({len(hammer.latencies):,} calls)",
+         f"{p99 / p50_one:.1f}x"),
+        ("  device asked of the hardware while another claim held it",
+         f"{violations} ({hammer.refused:,} correct refusals)", ""),
+        ("fsyncs: one lifecycle / one 1,000-claim prepare call",
+         f"{lifecycle_fsyncs} / {batch_fsyncs}", ""),
+        (f"driver RSS idle / {RSS_CLAIMS:,} claims prepared",
+         f"{idle_rss:.0f} / {full_rss:.0f} MB", ""),
+    ]  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--cycles", type=int, default=200)
+    args = parser.parse_args()
+    if shutil.which("strace") is None:
+        sys.exit("bench_store needs strace (to count fsyncs)")
+    with tempfile.TemporaryDirectory(prefix="dralet-bench-", dir="/var/tmp") as tmp:
+        rows = asyncio.run(run(args, Path(tmp)))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'measure':{width}}  {'measured':>44}  {'ratio':>7}")
+    for name, measured, ratio in rows:
+        print(f"{name:{width}}  {measured:>44}  {ratio:>7}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

@@ -1,0 +1,132 @@
+"""A driver process for the benchmarks: claims served from memory, devices in memory.
+
+The claim engine, its store, the CDI writes and the gRPC server are the real ones; the
+API server and the hardware are left out (what dralet owns is what is measured; the API
+round trips are measured beside it in ``bench_store``). ``--backend example`` uses the
+example GPUs instead, whose own state file is rewritten on every prepare and release.
+Claim ``i`` is ``default/c<i>`` with UID ``UUID(int=i + 1)``, allocated device
+``gpu-<i mod devices>``. It stops on SIGTERM. The memory backend counts, in
+``ROOT/violations``, every time it is asked to prepare a device another claim holds: the
+engine must never let that reach the hardware.
+
+    python benchmarks/node_process.py ROOT --claims N --devices D [--cdi-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's test kit
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tests.claimfakes import DRIVER, NODE, MemoryClaims, allocated_claim
+
+import dralet
+from dralet.drivers.example import SimulatedGPUs
+from dralet.node.backend import DeviceBackend
+from dralet.node.runner import Driver
+from dralet.node.settings import DriverSettings
+
+
+class MemoryGPUs:
+    """Devices whose preparation costs nothing: the floor under the framework's own work."""
+
+    def __init__(self, count: int, violations: Path) -> None:
+        self.count = count
+        self.held: dict[str, str] = {}
+        self.violations = violations
+
+    async def devices(self) -> Sequence[dralet.Device]:
+        return [dralet.Device(name=f"gpu-{i}") for i in range(self.count)]
+
+    async def prepare(
+        self, claim: dralet.ClaimRef, device: dralet.AllocatedDevice
+    ) -> dralet.PreparedDevice:
+        holder = self.held.setdefault(device.device, claim.uid)
+        if holder != claim.uid and not device.admin_access:
+            with self.violations.open("a") as out:
+                out.write(f"{device.device} held by {holder}, asked for {claim.uid}\n")
+            raise dralet.ClaimError(claim.uid, f"{device.device} is held by {holder}")
+        edits = dralet.ContainerEdits(env=(f"GPU={device.device}",))
+        return dralet.PreparedDevice(edits=edits, state={"device": device.device})
+
+    async def release(
+        self, claim: dralet.ClaimRef, device: dralet.AllocatedDevice, state: Mapping[str, Any]
+    ) -> None:
+        if self.held.get(device.device) == claim.uid:
+            del self.held[device.device]
+
+    async def devices_in_use(self) -> Mapping[str, str]:
+        return dict(self.held)
+
+    async def survives_reboot(
+        self, device: dralet.AllocatedDevice, state: Mapping[str, Any]
+    ) -> bool:
+        return True
+
+    async def health(self) -> Mapping[str, dralet.DeviceHealth]:
+        return {}
+
+
+def claim_uid(index: int) -> str:
+    return str(uuid.UUID(int=index + 1))
+
+
+async def serve(args: argparse.Namespace) -> None:
+    root = Path(args.root)
+    (root / "boot_id").write_text("boot-1\n")
+    settings = DriverSettings(
+        driver_name=DRIVER,
+        node_name=NODE,
+        plugin_dir=root / "plugin",
+        registry_dir=root / "registry",
+        cdi_dir=Path(args.cdi_dir) if args.cdi_dir else root / "cdi",
+        boot_id_path=root / "boot_id",
+        stale_claim_interval=3600.0,
+        metrics_port=args.metrics_port or None,
+        metrics_host="127.0.0.1",
+    )
+    claims = MemoryClaims()
+    for i in range(args.claims):
+        claims.add(
+            allocated_claim(f"c{i}", uid=claim_uid(i), devices=[("gpu", f"gpu-{i % args.devices}")])
+        )
+    backend: DeviceBackend = (
+        SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=args.devices)
+        if args.backend == "example"
+        else MemoryGPUs(args.devices, root / "violations")
+    )
+    driver = Driver(settings, backend, claims=claims)
+    await driver.run()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root")
+    parser.add_argument("--claims", type=int, default=1000)
+    parser.add_argument("--devices", type=int, default=1000)
+    parser.add_argument("--cdi-dir", default="")
+    parser.add_argument("--backend", choices=("memory", "example"), default="memory")
+    parser.add_argument("--metrics-port", type=int, default=0)
+    parser.add_argument("--profile", default="", help="write a cProfile dump here at exit")
+    args = parser.parse_args()
+    if not args.profile:
+        asyncio.run(serve(args))
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        profiler.runcall(asyncio.run, serve(args))
+    finally:
+        profiler.dump_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,497 @@
+"""The claim record database: one row per claim in SQLite (WAL), committed in groups.
+
+Why SQLite (``benchmarks/bench_store_choice.py`` measures the alternatives): recording
+one claim's transition writes that claim's row only, a whole batch of transitions is
+one transaction and so one fsync of the write-ahead log, two driver instances on one
+node (a rolling update) share it safely through SQLite's own locking, and it ships with
+Python. A device's exclusive holder is a row of its own (``holds``), checked and taken
+in the same transaction as the claim's intent, so exclusivity never needs a scan.
+
+Each claim row keeps the checksum envelope of the file format before it: the record's
+canonical JSON and a SHA-256 over the claim UID and that exact string. A row that fails
+it is reported as corrupt for that claim alone (``Snapshot.corrupt``); the claim's
+``holds`` rows stay, so its devices cannot be given to another claim meanwhile. A file
+SQLite itself cannot read makes the whole store unusable
+(``CheckpointCorruptError``): the engine fails closed, as before.
+
+Today's ``checkpoint.json`` (schema v1 or v2) is read once and its records moved into
+the database in one transaction; the old file is then renamed ``*.migrated``.
+
+The API here is synchronous: the engine calls it from its writer thread
+(``dralet.node.claims.store``), never from the event loop for a write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dralet import errors, failpoints, fsutil
+from dralet.checkpoint import codec
+from dralet.checkpoint.model import Checkpoint, ClaimRecord
+from dralet.checkpoint.store import CheckpointStore
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Drop",
+    "Intent",
+    "Op",
+    "Put",
+    "RecordDatabase",
+    "Snapshot",
+    "read_only_snapshot",
+]
+
+SCHEMA_VERSION = 1
+"""Version of the table layout (``meta.schema``); a newer one is refused, never guessed."""
+
+FP_COMMIT_BEFORE = "store.commit.before"
+FP_COMMIT_AFTER = "store.commit.after"
+failpoints.declare(FP_COMMIT_BEFORE, FP_COMMIT_AFTER)
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # ``state`` repeats the record's state for counting without decoding; ``data`` and
+    # ``checksum`` are the truth.
+    "CREATE TABLE IF NOT EXISTS claims "
+    "(uid TEXT PRIMARY KEY, state TEXT NOT NULL, data TEXT NOT NULL, checksum TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS holds (pool TEXT NOT NULL, device TEXT NOT NULL, "
+    "share_id TEXT NOT NULL, uid TEXT NOT NULL, PRIMARY KEY (pool, device, share_id))",
+    "CREATE INDEX IF NOT EXISTS holds_by_uid ON holds (uid)",
+)
+_BUSY_TIMEOUT_MS = 30_000
+_COMPANIONS = ("-wal", "-shm")
+
+
+def row_checksum(uid: str, data: str) -> str:
+    """What a claim row's ``checksum`` must be: binds the record to its key."""
+    return "sha256:" + hashlib.sha256(f"{uid}\n{data}".encode()).hexdigest()
+
+
+def encode_row(record: ClaimRecord) -> tuple[str, str]:
+    data = codec.encode_record(record)
+    return data, row_checksum(record.uid, data)
+
+
+def decode_row(uid: str, data: object, checksum: object) -> ClaimRecord:
+    """The record of one row; ``codec.CodecError`` for anything that is not one."""
+    if not isinstance(data, str) or not isinstance(checksum, str):
+        raise codec.CodecError("row is not text")
+    try:
+        expected = row_checksum(uid, data)
+    except UnicodeEncodeError as exc:
+        raise codec.CodecError(f"row holds a lone surrogate at index {exc.start}") from exc
+    if checksum != expected:
+        raise codec.CodecError("checksum mismatch: the record was changed or damaged")
+    return codec.decode_record(uid, data)
+
+
+@dataclass(frozen=True)
+class Put:
+    """Store ``record`` (its holds follow its state)."""
+
+    record: ClaimRecord
+    expect: ClaimRecord | None = None
+    """When set, the write happens only if the stored record still equals it."""
+
+
+@dataclass(frozen=True)
+class Intent:
+    """Store a new ``PrepareStarted`` record after checking no other claim holds its devices."""
+
+    record: ClaimRecord
+
+
+@dataclass(frozen=True)
+class Drop:
+    uid: str
+
+
+Op = Put | Intent | Drop
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    checkpoint: Checkpoint
+    corrupt: Mapping[str, str] = field(default_factory=dict)
+    """Claim UID → why its row cannot be trusted."""
+
+
+def _holds(record: ClaimRecord) -> Iterator[tuple[str, str, str]]:
+    if record.holds_devices:
+        for d in record.devices:
+            if not d.admin_access:  # admin access observes a device without owning it
+                yield d.pool, d.device, d.share_id
+
+
+class RecordDatabase:
+    """One connection per thread to ``path``; writes go through ``apply`` only."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        legacy: Path | None = None,
+        driver: str = "",
+        read_only: bool = False,
+    ) -> None:
+        self.path = path
+        self.legacy = legacy
+        self.driver = driver
+        self.read_only = read_only
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._opened = read_only
+        self._open_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ opening
+
+    def _check_entries(self) -> None:
+        """Refuse anything but our own regular files: SQLite would follow a link, block
+        on a FIFO, or open a device."""
+        for suffix in ("", *_COMPANIONS):
+            entry = Path(f"{self.path}{suffix}")
+            try:
+                mode = os.lstat(entry).st_mode
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(mode):
+                raise errors.CheckpointCorruptError(
+                    str(entry), f"is {fsutil.file_kind(mode)}, not a regular file"
+                )
+
+    def open(self) -> None:
+        """Create the database now if it does not exist yet (and take over a
+        ``checkpoint.json``); reads never create it."""
+        self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        with self._open_lock:
+            if not self._opened:
+                self._open()
+                self._opened = True
+        conn = self._raw_connect()
+        self._local.conn = conn
+        with self._open_lock:
+            self._connections.append(conn)
+        return conn
+
+    def _raw_connect(self) -> sqlite3.Connection:
+        self._check_entries()
+        try:
+            # Each connection is used by the one thread that made it; ``close`` may come
+            # from another once that thread is done with it.
+            conn = sqlite3.connect(
+                f"file:{self.path}?mode={'ro' if self.read_only else 'rw'}",
+                uri=True,
+                isolation_level=None,
+                timeout=30.0,
+                check_same_thread=False,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            # FULL in WAL mode: every commit fsyncs the log, so a commit is durable.
+            conn.execute("PRAGMA synchronous = FULL")
+        except sqlite3.DatabaseError as exc:
+            raise self._failure(exc) from exc
+        return conn
+
+    def _failure(self, exc: sqlite3.DatabaseError) -> Exception:
+        """An ``OSError`` for what a disk does (full, read-only, I/O, busy): retried later;
+        ``CheckpointCorruptError`` for a file SQLite cannot read as a database."""
+        if isinstance(exc, sqlite3.OperationalError):
+            return _as_os_error(exc, self.path)
+        return errors.CheckpointCorruptError(str(self.path), str(exc))
+
+    def _open(self) -> None:
+        """Create the file (0600, never through a link) and its tables; migrate once."""
+        self._check_entries()
+        fsutil.ensure_private_dir(self.path.parent)
+        created = False
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(self.path, flags, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            os.close(fd)
+            created = True
+        conn = self._raw_connect()
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise errors.CheckpointCorruptError(str(self.path), f"cannot use WAL ({mode})")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                stored = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                if stored is None:
+                    conn.execute(
+                        "INSERT INTO meta VALUES ('schema', ?), ('driver', ?), ('boot_id', '')",
+                        (str(SCHEMA_VERSION), self.driver),
+                    )
+                elif not str(stored[0]).isdigit() or int(stored[0]) > SCHEMA_VERSION:
+                    raise errors.CheckpointCorruptError(
+                        str(self.path),
+                        f"written by a newer dralet (store schema {str(stored[0])[:16]}, "
+                        f"this release reads up to {SCHEMA_VERSION}); refusing to guess",
+                    )
+                self._migrate(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            self._retire_legacy()
+        except sqlite3.DatabaseError as exc:
+            raise self._failure(exc) from exc
+        finally:
+            conn.close()
+        if created:
+            fsutil.fsync_dir(self.path.parent)
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Move the records of ``checkpoint.json`` in, once (raises if it is corrupt)."""
+        if self.legacy is None:
+            return
+        done = conn.execute("SELECT 1 FROM meta WHERE key = 'migrated'").fetchone()
+        if done is not None:
+            return
+        old = CheckpointStore(self.legacy).load()  # raises CheckpointCorruptError
+        for record in old.claims.values():
+            self._write(conn, Put(record))
+        conn.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('boot_id', ?), ('migrated', ?)",
+            (old.boot_id, str(len(old.claims))),
+        )
+
+    def _retire_legacy(self) -> None:
+        if self.legacy is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(self.legacy, self.legacy.with_name(self.legacy.name + ".migrated"))
+            fsutil.fsync_dir(self.legacy.parent)
+
+    # ------------------------------------------------------------------ reading
+
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        conn = self._connect()
+        try:
+            return conn.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._failure(exc) from exc
+
+    def _absent(self) -> Snapshot | None:
+        """What a read finds before the database exists (nothing is created by reading):
+        the records of a ``checkpoint.json`` not taken over yet, or none."""
+        if self._opened or os.path.lexists(self.path):
+            return None
+        return Snapshot(CheckpointStore(self.legacy).load() if self.legacy else Checkpoint())
+
+    def read(self, uid: str) -> tuple[ClaimRecord | None, str]:
+        """One claim's record, or ``(None, why)`` when its row is corrupt."""
+        absent = self._absent()
+        if absent is not None:
+            return absent.checkpoint.claims.get(uid), ""
+        rows = self._query("SELECT data, checksum FROM claims WHERE uid = ?", (uid,))
+        if not rows:
+            return None, ""
+        try:
+            return decode_row(uid, rows[0][0], rows[0][1]), ""
+        except codec.CodecError as exc:
+            return None, f"record of claim {uid} is unusable: {exc}"
+
+    def snapshot(self) -> Snapshot:
+        absent = self._absent()
+        if absent is not None:
+            return absent
+        records: dict[str, ClaimRecord] = {}
+        corrupt: dict[str, str] = {}
+        for uid, data, checksum in self._query("SELECT uid, data, checksum FROM claims"):
+            key = str(uid)
+            try:
+                records[key] = decode_row(key, data, checksum)
+            except codec.CodecError as exc:
+                corrupt[key] = f"record of claim {key} is unusable: {exc}"
+        meta = {str(k): str(v) for k, v in self._query("SELECT key, value FROM meta")}
+        checkpoint = Checkpoint(
+            driver=str(meta.get("driver", "")), boot_id=str(meta.get("boot_id", "")), claims=records
+        )
+        return Snapshot(checkpoint, corrupt)
+
+    def count(self, state: str) -> int:
+        absent = self._absent()
+        if absent is not None:
+            return sum(1 for r in absent.checkpoint.claims.values() if r.state.value == state)
+        return int(str(self._query("SELECT count(*) FROM claims WHERE state = ?", (state,))[0][0]))
+
+    def migrated(self) -> bool:
+        """Whether the records of ``checkpoint.json`` (if any) are in the database."""
+        try:
+            return bool(self._query("SELECT 1 FROM meta WHERE key = 'migrated'"))
+        except errors.CheckpointCorruptError:
+            return False
+
+    # ------------------------------------------------------------------ writing
+
+    def apply(self, ops: Sequence[Op]) -> list[BaseException | None]:
+        """Apply ``ops`` in ONE transaction (one fsync); a result per op.
+
+        An op that cannot be applied (a device already held, an expectation not met) gets
+        its error and changes nothing, without holding back the others. A failure of the
+        transaction itself (disk full, I/O error) is raised for all of them.
+        """
+        conn = self._connect()
+        results: list[BaseException | None] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for op in ops:
+                    results.append(self._apply_one(conn, op))
+                failpoints.hit(FP_COMMIT_BEFORE)
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise self._failure(exc) from exc
+        failpoints.hit(FP_COMMIT_AFTER)
+        return results
+
+    def _apply_one(self, conn: sqlite3.Connection, op: Op) -> BaseException | None:
+        """One op; one that may be refused runs in a savepoint, so a refusal undoes it."""
+        if not isinstance(op, Intent) and not (isinstance(op, Put) and op.expect is not None):
+            self._write(conn, op)
+            return None
+        conn.execute("SAVEPOINT op")
+        try:
+            self._write(conn, op)
+        except errors.DraletError as exc:
+            conn.execute("ROLLBACK TO op")
+            return exc
+        finally:
+            conn.execute("RELEASE op")
+        return None
+
+    def _write(self, conn: sqlite3.Connection, op: Op) -> None:
+        if isinstance(op, Drop):
+            conn.execute("DELETE FROM claims WHERE uid = ?", (op.uid,))
+            conn.execute("DELETE FROM holds WHERE uid = ?", (op.uid,))
+            return
+        record = op.record
+        if isinstance(op, Put) and op.expect is not None:
+            rows = conn.execute(
+                "SELECT data, checksum FROM claims WHERE uid = ?", (record.uid,)
+            ).fetchall()
+            current = _decoded_or_none(record.uid, rows)
+            if current != op.expect:
+                raise errors.ClaimError(record.uid, "record changed meanwhile; left as it is")
+        if isinstance(op, Intent):
+            for pool, device, share_id in _holds(record):
+                row = conn.execute(
+                    "SELECT uid FROM holds WHERE pool = ? AND device = ? AND share_id = ?",
+                    (pool, device, share_id),
+                ).fetchone()
+                if row is not None and row[0] != record.uid:
+                    raise errors.DeviceBusyError(
+                        record.uid, device=f"{pool}/{device}", holder_uid=str(row[0])
+                    )
+        data, checksum = encode_row(record)
+        conn.execute(
+            "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)",
+            (record.uid, record.state.value, data, checksum),
+        )
+        # A claim's devices never change after its intent: a record that still holds
+        # them keeps its rows (re-stated, for records stored by hand), one that does not
+        # lets them go.
+        if record.holds_devices:
+            conn.executemany(
+                "INSERT OR REPLACE INTO holds VALUES (?, ?, ?, ?)",
+                [(*key, record.uid) for key in _holds(record)],
+            )
+        else:
+            conn.execute("DELETE FROM holds WHERE uid = ?", (record.uid,))
+
+    # ------------------------------------------------------------------ unusable store
+
+    def close(self) -> None:
+        """Close every connection (once no thread uses them any more)."""
+        with self._open_lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+        self._local = threading.local()
+
+    def files(self) -> Iterable[Path]:
+        """The store's files as they are on disk now."""
+        return [Path(f"{self.path}{s}") for s in ("", *_COMPANIONS)]
+
+
+def _decoded_or_none(uid: str, rows: list[tuple[object, ...]]) -> ClaimRecord | None:
+    if not rows:
+        return None
+    try:
+        return decode_row(uid, rows[0][0], rows[0][1])
+    except codec.CodecError:
+        return None
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        return os.statvfs(path.parent).f_bavail == 0
+    except OSError:
+        return False
+
+
+def _as_os_error(exc: sqlite3.OperationalError, path: Path) -> OSError:
+    """The errno behind SQLite's result code; a full disk reads as ``ENOSPC`` also where
+    SQLite reports it as an I/O error (it cannot grow its shared-memory file)."""
+    name = str(getattr(exc, "sqlite_errorname", ""))
+    text = str(exc)
+    if "FULL" in name or "full" in text or _disk_full(path):
+        code = errno.ENOSPC
+    elif "READONLY" in name or "readonly" in text:
+        code = errno.EROFS
+    elif "BUSY" in name or "LOCKED" in name or _is_busy(exc):
+        code = errno.EBUSY
+    elif "PERM" in name or "AUTH" in name:
+        code = errno.EACCES
+    else:
+        code = errno.EIO
+    return OSError(code, f"{os.strerror(code)} ({text})", str(path))
+
+
+def read_only_snapshot(path: Path, legacy: Path | None = None) -> Snapshot:
+    """The records as stored, writing nothing (``dralet audit``): the database, or the
+    ``checkpoint.json`` it has not taken over yet (raises ``CheckpointCorruptError``)."""
+
+    def from_legacy() -> Snapshot:
+        return Snapshot(CheckpointStore(legacy).load() if legacy else Checkpoint())
+
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return from_legacy()
+    db = RecordDatabase(path, read_only=True)
+    try:
+        if legacy is not None and os.path.lexists(legacy) and not db.migrated():
+            return from_legacy()
+        return db.snapshot()
+    finally:
+        db.close()

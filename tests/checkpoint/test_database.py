@@ -1,0 +1,206 @@
+"""The claim record database: one row per claim, group commits, per-claim checksums, and
+the one-time takeover of an older release's ``checkpoint.json``."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from dralet import errors
+from dralet.checkpoint import codec, database
+from dralet.checkpoint.database import Drop, Intent, Put, RecordDatabase
+from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
+from dralet.checkpoint.store import CheckpointStore
+from dralet.metrics import DriverMetrics
+from dralet.node.claims.store import RecordStore
+from dralet.node.settings import DriverSettings
+from tests import claimstore
+
+
+def record(uid: str, *devices: str, state: ClaimState = ClaimState.PREPARE_STARTED) -> ClaimRecord:
+    return ClaimRecord(
+        uid=uid,
+        namespace="default",
+        name=f"claim-{uid}",
+        state=state,
+        devices=tuple(DeviceRecord(pool="node-a", device=d, request_names=("r",)) for d in devices),
+    )
+
+
+def open_db(tmp_path: Path) -> RecordDatabase:
+    db = RecordDatabase(tmp_path / "claims.db", legacy=tmp_path / "checkpoint.json")
+    db.open()
+    return db
+
+
+def test_one_transaction_applies_each_op_or_refuses_it_alone(tmp_path: Path) -> None:
+    db = open_db(tmp_path)
+    db.apply([Intent(record("a", "gpu-0"))])
+    results = db.apply(
+        [
+            Intent(record("b", "gpu-0")),  # gpu-0 is a's
+            Intent(record("c", "gpu-1")),
+            Put(record("a", "gpu-0", state=ClaimState.PREPARE_COMPLETED)),
+        ]
+    )
+    assert isinstance(results[0], errors.DeviceBusyError)
+    assert "a" in str(results[0])
+    assert results[1:] == [None, None]
+    snapshot = db.snapshot()
+    assert sorted(snapshot.checkpoint.claims) == ["a", "c"]
+    assert snapshot.checkpoint.claims["a"].state == ClaimState.PREPARE_COMPLETED
+    assert db.count(ClaimState.PREPARE_COMPLETED.value) == 1
+
+
+def test_a_device_is_free_again_once_its_holder_is_released_or_dropped(tmp_path: Path) -> None:
+    db = open_db(tmp_path)
+    db.apply([Intent(record("a", "gpu-0")), Intent(record("b", "gpu-1"))])
+    db.apply([Put(record("a", "gpu-0", state=ClaimState.RELEASED)), Drop("b")])
+    assert db.apply([Intent(record("c", "gpu-0")), Intent(record("d", "gpu-1"))]) == [None, None]
+
+
+def test_admin_access_and_shares_do_not_hold_the_device_exclusively(tmp_path: Path) -> None:
+    db = open_db(tmp_path)
+    watcher = ClaimRecord(
+        uid="w",
+        namespace="default",
+        name="w",
+        state=ClaimState.PREPARE_STARTED,
+        devices=(DeviceRecord(pool="node-a", device="gpu-0", admin_access=True),),
+    )
+    shares = [
+        ClaimRecord(
+            uid=f"s{i}",
+            namespace="default",
+            name=f"s{i}",
+            state=ClaimState.PREPARE_STARTED,
+            devices=(DeviceRecord(pool="node-a", device="gpu-0", share_id=f"share-{i}"),),
+        )
+        for i in range(2)
+    ]
+    assert db.apply([Intent(watcher), *map(Intent, shares), Intent(record("x", "gpu-0"))]) == [
+        None,
+        None,
+        None,
+        None,
+    ]
+
+
+def test_an_expected_record_that_changed_is_left_alone(tmp_path: Path) -> None:
+    db = open_db(tmp_path)
+    before = record("a", "gpu-0", state=ClaimState.PREPARE_COMPLETED)
+    db.apply([Put(before)])
+    db.apply([Put(record("a", "gpu-0", state=ClaimState.UNPREPARE_STARTED))])
+    stamped = ClaimRecord(**{**before.__dict__, "boot_id": "boot-2"})
+    (result,) = db.apply([Put(stamped, expect=before)])
+    assert isinstance(result, errors.ClaimError)
+    assert db.snapshot().checkpoint.claims["a"].state == ClaimState.UNPREPARE_STARTED
+
+
+def test_a_damaged_row_is_reported_for_that_claim_and_never_read_as_another(
+    tmp_path: Path,
+) -> None:
+    db = open_db(tmp_path)
+    db.apply([Put(record("a", "gpu-0")), Put(record("b", "gpu-1"))])
+    claimstore.damage_record(db.path, "a")
+    snapshot = db.snapshot()
+    assert sorted(snapshot.checkpoint.claims) == ["b"]
+    assert "checksum mismatch" in snapshot.corrupt["a"]
+    assert db.read("a") == (None, snapshot.corrupt["a"])
+    # A valid row moved under another claim's key fails its checksum too.
+    conn = sqlite3.connect(db.path, isolation_level=None)
+    conn.execute("UPDATE claims SET uid = 'c' WHERE uid = 'b'")
+    conn.close()
+    assert "c" in db.snapshot().corrupt
+
+
+def test_a_file_that_is_no_database_makes_the_store_unusable(tmp_path: Path) -> None:
+    db = open_db(tmp_path)
+    db.close()
+    claimstore.damage_store(db.path)
+    with pytest.raises(errors.CheckpointCorruptError, match="not a database"):
+        RecordDatabase(db.path).snapshot()
+
+
+def test_a_store_from_a_newer_release_is_refused(tmp_path: Path) -> None:
+    db = open_db(tmp_path)
+    db.close()
+    conn = sqlite3.connect(db.path, isolation_level=None)
+    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    conn.close()
+    with pytest.raises(errors.CheckpointCorruptError, match="newer dralet"):
+        open_db(tmp_path)
+
+
+def test_a_v2_checkpoint_is_taken_over_once_and_renamed(tmp_path: Path) -> None:
+    legacy = tmp_path / "checkpoint.json"
+    old = Checkpoint(
+        driver="gpu.example.com",
+        boot_id="boot-1",
+        claims={
+            "a": record("a", "gpu-0", state=ClaimState.PREPARE_COMPLETED),
+            "b": record("b", "gpu-1", state=ClaimState.UNPREPARE_STARTED),
+        },
+    )
+    CheckpointStore(legacy).save(old)
+    # Before the driver starts, a reader sees the old file's records and creates nothing.
+    assert database.read_only_snapshot(tmp_path / "claims.db", legacy).checkpoint.claims == (
+        old.claims
+    )
+    assert not (tmp_path / "claims.db").exists()
+
+    db = open_db(tmp_path)
+    assert db.snapshot().checkpoint.claims == old.claims
+    assert not legacy.exists()
+    assert (tmp_path / "checkpoint.json.migrated").exists()
+    # The devices the old records hold stay held.
+    (busy,) = db.apply([Intent(record("c", "gpu-0"))])
+    assert isinstance(busy, errors.DeviceBusyError)
+    db.close()
+
+    # A crash between the takeover's commit and the rename leaves the old file behind:
+    # the database is the truth from then on, and the file is only renamed.
+    (tmp_path / "checkpoint.json.migrated").rename(legacy)
+    CheckpointStore(legacy).save(Checkpoint(claims={"z": record("z", "gpu-9")}))
+    again = open_db(tmp_path)
+    assert sorted(again.snapshot().checkpoint.claims) == ["a", "b"]
+    assert not legacy.exists()
+
+
+def test_a_corrupt_checkpoint_is_never_taken_over(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint.json").write_bytes(b"{garbage")
+    with pytest.raises(errors.CheckpointCorruptError, match=r"checkpoint\.json"):
+        open_db(tmp_path)
+    assert (tmp_path / "checkpoint.json").read_bytes() == b"{garbage"
+
+
+def test_rows_hold_the_codec_form_of_the_record(tmp_path: Path) -> None:
+    db = open_db(tmp_path)
+    rec = record("a", "gpu-0")
+    db.apply([Put(rec)])
+    conn = sqlite3.connect(db.path, isolation_level=None)
+    ((data, checksum),) = conn.execute("SELECT data, checksum FROM claims").fetchall()
+    conn.close()
+    assert codec.decode_record("a", data) == rec
+    assert checksum == database.row_checksum("a", data)
+
+
+async def test_concurrent_writes_share_commits(tmp_path: Path) -> None:
+    (tmp_path / "boot_id").write_text("boot-1\n")
+    settings = DriverSettings(
+        driver_name="gpu.example.com", node_name="node-a", plugin_dir=tmp_path / "plugin"
+    )
+    metrics = DriverMetrics()
+    store = RecordStore(settings, boot_id="boot-1", metrics=metrics)
+    store.open()
+    claims = 200
+    await asyncio.gather(*(store.put(record(f"c{i}", f"gpu-{i}")) for i in range(claims)))
+    commits = metrics.registry.get_sample_value("dralet_store_commits_total")
+    assert commits is not None and commits < claims
+    assert len(store.snapshot().checkpoint.claims) == claims
+    await store.close()
+    with pytest.raises(errors.TemporaryError, match="closed"):
+        await store.put(record("late", "gpu-999"))

@@ -1,0 +1,51 @@
+"""A driver's claim record store from outside the driver: read it as an auditor does, and
+damage it the ways disks and people do (fail-closed tests)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+from dralet.checkpoint import database
+from dralet.checkpoint.model import ClaimRecord
+
+__all__ = ["damage_record", "damage_store", "put_record", "records"]
+
+
+def records(plugin_dir: Path) -> dict[str, ClaimRecord]:
+    """Every readable record in the store of the driver using ``plugin_dir``."""
+    snapshot = database.read_only_snapshot(plugin_dir / "claims.db", plugin_dir / "checkpoint.json")
+    return dict(snapshot.checkpoint.claims)
+
+
+def damage_store(path: Path, content: bytes = b"{not a database") -> None:
+    """Replace the whole database (and its log) with ``content``: SQLite cannot read it."""
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            Path(f"{path}{suffix}").unlink()
+    path.write_bytes(content)
+
+
+def damage_record(path: Path, uid: str) -> None:
+    """Change one claim's stored record behind its checksum (one bit of bit rot)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        changed = conn.execute(
+            "UPDATE claims SET data = replace(data, '\"state\"', '\"stat\"') WHERE uid = ?", (uid,)
+        ).rowcount
+    finally:
+        conn.close()
+    if changed != 1:
+        raise AssertionError(f"claim {uid} has no record to damage")
+
+
+def put_record(plugin_dir: Path, record: ClaimRecord) -> None:
+    """Store ``record`` as the driver would (to set up a state by hand)."""
+    db = database.RecordDatabase(plugin_dir / "claims.db", legacy=plugin_dir / "checkpoint.json")
+    try:
+        (result,) = db.apply([database.Put(record)])
+    finally:
+        db.close()
+    if result is not None:
+        raise result
