@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dralet.testing.kubelet import KubeletClaim
+from dralet.kubelet import KubeletClaim
 from tests.claimfakes import MemoryClaims, allocated_claim
 from tests.node.conftest import Node, running_node
 

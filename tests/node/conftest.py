@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from dralet.drivers.example import SimulatedGPUs
+from dralet.kubelet import KubeletEmulator, PluginConnection
 from dralet.node.runner import Driver
 from dralet.node.settings import DriverSettings
-from dralet.testing.kubelet import KubeletEmulator, PluginConnection
 from tests.claimfakes import DRIVER, NODE, MemoryClaims
 
 

@@ -1,9 +1,10 @@
-"""Public test kit for driver authors and dralet's own suites.
+"""The test kit for a driver author's own tests.
 
-Plays the other side of every boundary a driver has: the kubelet (``kubelet``: the
-registration and DRA gRPC protocol over unix sockets), the API server (``apiserver``:
-an in-process stand-in with Kubernetes semantics), a container runtime (``podman``),
-and the driver process itself (``process``: start, SIGKILL, restart). ``strict`` is a
-fake backend that fails a test when ``release`` does not get back what ``prepare``
-returned.
+``StrictBackend`` (``dralet.testing.strict``) is a fake backend that fails a test when
+``release`` does not get back what ``prepare`` returned, alone or around the author's
+backend.
 """
+
+from dralet.testing.strict import StrictBackend
+
+__all__ = ["StrictBackend"]

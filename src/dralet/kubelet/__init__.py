@@ -1,0 +1,51 @@
+"""A kubelet emulator: the kubelet's side of plugin registration and the DRA gRPC API
+(``emulator``). ``dralet conformance`` and ``dralet demo`` play the kubelet with it.
+"""
+
+from dralet.kubelet.emulator import (
+    CALL_TIMEOUT,
+    DRA_PLUGIN_TYPE,
+    GET_INFO_TIMEOUT,
+    HEALTH_V1,
+    HEALTH_V1ALPHA1,
+    KUBELET_132_PREFERENCE,
+    KUBELET_134_SERVICES,
+    V1,
+    V1ALPHA4,
+    V1BETA1,
+    ClaimResult,
+    DeviceResult,
+    KubeletClaim,
+    KubeletEmulator,
+    KubeletError,
+    NodeHeartbeat,
+    PluginConnection,
+    PrepareResult,
+    UnprepareResult,
+    choose_health_service,
+    choose_service,
+)
+
+__all__ = [
+    "CALL_TIMEOUT",
+    "DRA_PLUGIN_TYPE",
+    "GET_INFO_TIMEOUT",
+    "HEALTH_V1",
+    "HEALTH_V1ALPHA1",
+    "KUBELET_132_PREFERENCE",
+    "KUBELET_134_SERVICES",
+    "V1",
+    "V1ALPHA4",
+    "V1BETA1",
+    "ClaimResult",
+    "DeviceResult",
+    "KubeletClaim",
+    "KubeletEmulator",
+    "KubeletError",
+    "NodeHeartbeat",
+    "PluginConnection",
+    "PrepareResult",
+    "UnprepareResult",
+    "choose_health_service",
+    "choose_service",
+]
