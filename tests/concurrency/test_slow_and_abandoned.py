@@ -13,7 +13,7 @@ import pytest
 from dralet.checkpoint.model import ClaimState
 from dralet.kubelet import KubeletClaim, KubeletEmulator
 from dralet.node.runner import Driver
-from tests.claimfakes import DRIVER
+from dralet.testing.claims import DRIVER
 from tests.hostile.conftest import short_root  # noqa: F401 - fixture
 from tests.recovery.nodekit import FINALIZER, GatedBackend, LedgerNode
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dralet.kubelet import KubeletClaim
-from tests.claimfakes import MemoryClaims, allocated_claim
+from dralet.testing.claims import MemoryClaims, allocated_claim
 from tests.node.conftest import Node, running_node
 
 __all__ = ["running_node"]  # re-exported for the hostile tests

@@ -21,7 +21,7 @@ from dralet.checkpoint import codec
 from dralet.checkpoint.store import MAX_CHECKPOINT_BYTES, CheckpointStore
 from dralet.cluster import DriverPaths, DriverProcess, driver_args
 from dralet.kubelet import KubeletClaim, KubeletEmulator
-from tests.claimfakes import MemoryClaims
+from dralet.testing.claims import MemoryClaims
 from tests.hostile.conftest import add_claim, node_with_one_claim, running_node
 
 DRIVER = "gpu.example.com"

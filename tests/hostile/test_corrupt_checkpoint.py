@@ -21,7 +21,7 @@ from dralet.apiserver import ApiServer
 from dralet.checkpoint import codec
 from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
 from dralet.kubelet import KubeletEmulator
-from tests.claimfakes import MemoryClaims
+from dralet.testing.claims import MemoryClaims
 from tests.hostile.conftest import (
     add_claim,
     allowed_dirs,

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from dralet.kubelet import KubeletClaim, PluginConnection
-from tests.claimfakes import allocated_claim
+from dralet.testing.claims import allocated_claim
 from tests.node.conftest import Node
 
 
