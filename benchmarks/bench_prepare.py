@@ -21,10 +21,9 @@ import time
 from pathlib import Path
 
 from dralet import fsutil
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletEmulator
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from dralet.apiserver import ApiServer
+from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
+from dralet.kubelet import KubeletEmulator
 
 FLOOR_WRITES = 500
 PAYLOAD = b"x" * 2048

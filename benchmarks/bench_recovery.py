@@ -22,15 +22,10 @@ import asyncio
 import cProfile
 import json
 import pstats
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's test kit
-
-from tests.claimfakes import MemoryClaims, allocated_claim
 
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint import codec, database
@@ -38,6 +33,7 @@ from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceR
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node.claims import ClaimEngine
 from dralet.node.settings import DriverSettings
+from dralet.testing.claims import MemoryClaims, allocated_claim
 
 DRIVER = "gpu.example.com"
 NODE = "node-a"

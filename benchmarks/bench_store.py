@@ -43,11 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dralet import fsutil
+from dralet.apiserver import ApiServer
 from dralet.checkpoint import database
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletClaim, KubeletEmulator, PluginConnection
+from dralet.cluster import ControlPlane
+from dralet.kubelet import KubeletClaim, KubeletEmulator, PluginConnection
 
 HERE = Path(__file__).resolve().parent
 DRIVER = "gpu.example.com"

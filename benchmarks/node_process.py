@@ -16,22 +16,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import uuid
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's test kit
-
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
-
-from tests.claimfakes import DRIVER, NODE, MemoryClaims, allocated_claim
 
 import dralet
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node.backend import DeviceBackend
 from dralet.node.runner import Driver
 from dralet.node.settings import DriverSettings
+from dralet.testing.claims import DRIVER, NODE, MemoryClaims, allocated_claim
 
 
 class MemoryGPUs:

@@ -1,7 +1,7 @@
 """The real kube-apiserver behind the API stand-in's store helpers, so one API suite runs
 on both backends.
 
-``ClusterApi`` offers the helpers the suites call on ``dralet.testing.apiserver.ApiServer``
+``ClusterApi`` offers the helpers the suites call on ``dralet.apiserver.ApiServer``
 (``create``, ``get``, ``list``, ``patch``, ``delete``, ``preferred_version``, ``url``,
 ``write_kubeconfig``) as the cluster admin, over HTTPS. What only a stand-in can do
 (recorded writes, injected failures, compaction on demand) is absent: tests that need it

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from dralet import kube
+from dralet.apiserver import ApiServer
 from dralet.metrics import DriverMetrics
-from dralet.testing.apiserver import ApiServer
 from tests.k8sapi import ClusterApi
 from tests.k8scluster import Cluster, missing_binaries
 

@@ -10,7 +10,8 @@ variable ``DRALET_FAILPOINTS`` (read once per process) or ``arm()`` names that p
 
 A name may end in ``@N`` to trigger only on its N-th hit (1-based). When
 ``DRALET_FAILPOINT_LOG`` names a file, every hit is appended to it so a harness can
-report which failpoints a run covered. Owned by dralet core; used by ``dralet.testing``.
+report which failpoints a run covered. Owned by dralet core; the crash campaign under
+``tests/`` arms them.
 """
 
 from __future__ import annotations

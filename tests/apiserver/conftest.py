@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from dralet.testing.apiserver import ApiServer
+from dralet.apiserver import ApiServer
 from tests.kubefixtures import KUBERNETES_VERSIONS, client, metrics
 
 __all__ = ["KUBERNETES_VERSIONS", "apiserver", "client", "metrics"]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dralet.testing.apiserver import ApiServer
+from dralet.apiserver import ApiServer
 from tests.kubeobjects import claim
 
 from .test_semantics import slice_

@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 
 from dralet import kube
-from dralet.testing.apiserver import ApiServerThread
+from dralet.apiserver import ApiServerThread
 from tests.kubeobjects import claim, node
 
 STARTUP_TIMEOUT = 30.0
@@ -39,7 +39,7 @@ async def test_process_prints_its_url_and_writes_a_kubeconfig(tmp_path: Path) ->
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "dralet.testing.apiserver",
+        "dralet.apiserver",
         "--kubernetes-version",
         "1.34",
         "--kubeconfig",

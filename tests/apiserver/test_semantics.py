@@ -10,9 +10,9 @@ import aiohttp
 import pytest
 
 from dralet import kube
+from dralet.apiserver import ApiServer, schema_errors
 from dralet.kube import resources, watching
 from dralet.metrics import DriverMetrics
-from dralet.testing.apiserver import ApiServer, schema_errors
 from tests.kubeobjects import allocation, claim, node
 
 

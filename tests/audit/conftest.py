@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 
 from dralet import kube
+from dralet.apiserver import ApiServer
 from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.cli import audit as audit_cli
+from dralet.cluster import ControlPlane
 from dralet.drivers.example import SimulatedGPUs
+from dralet.kubelet import KubeletClaim
 from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import ClaimEngine
 from dralet.node.settings import DriverSettings
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletClaim
 from tests import claimstore
 
 DRIVER = "gpu.example.com"

@@ -15,15 +15,15 @@ from click.testing import CliRunner
 from tests import claimstore
 
 from dralet import kube
+from dralet.apiserver import ApiServerThread
 from dralet.cli import main
 from dralet.cli.audit import render_table
+from dralet.cluster import ControlPlane
 from dralet.drivers.example import SimulatedGPUs
+from dralet.kubelet import KubeletClaim
 from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import ClaimEngine
 from dralet.node.settings import DriverSettings
-from dralet.testing.apiserver import ApiServerThread
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletClaim
 
 DRIVER = "gpu.example.com"
 NODE = "node-a"

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.claimfakes import MemoryClaims
+from dralet.testing.claims import MemoryClaims
 from tests.recovery.nodekit import FINALIZER, LedgerNode
 
 YIELD_TURNS = 50

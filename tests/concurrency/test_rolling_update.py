@@ -13,14 +13,13 @@ from pathlib import Path
 import grpc
 import pytest
 
+from dralet.apiserver import ApiServer
 from dralet.cdi.store import SpecStore
+from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
 from dralet.drivers.example import SimulatedGPUs
+from dralet.kubelet import KubeletClaim, KubeletEmulator, KubeletError, PluginConnection
 from dralet.node import audit
 from dralet.node.settings import DriverSettings
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletClaim, KubeletEmulator, KubeletError, PluginConnection
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
 from tests import claimstore
 from tests.hostile.conftest import short_root  # noqa: F401 - fixture
 

@@ -11,9 +11,9 @@ import grpc
 import pytest
 
 from dralet.checkpoint.model import ClaimState
+from dralet.kubelet import KubeletClaim, KubeletEmulator
 from dralet.node.runner import Driver
-from dralet.testing.kubelet import KubeletClaim, KubeletEmulator
-from tests.claimfakes import DRIVER
+from dralet.testing.claims import DRIVER
 from tests.hostile.conftest import short_root  # noqa: F401 - fixture
 from tests.recovery.nodekit import FINALIZER, GatedBackend, LedgerNode
 

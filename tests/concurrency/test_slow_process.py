@@ -12,12 +12,11 @@ from typing import Any
 import grpc
 import pytest
 
+from dralet.apiserver import ApiServer
 from dralet.checkpoint.model import ClaimState
+from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
 from dralet.drivers.example import SimulatedGPUs
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletEmulator
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from dralet.kubelet import KubeletEmulator
 from tests import claimstore
 from tests.hostile.conftest import short_root  # noqa: F401 - fixture
 

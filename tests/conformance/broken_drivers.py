@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from dralet.apiserver import ApiServer
 from dralet.cdi import spec as cdi_spec
 from dralet.protocol.proto import (
     dra_v1_pb2,
@@ -27,7 +28,6 @@ from dralet.protocol.proto import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from dralet.testing.apiserver import ApiServer
 
 DRIVER = "broken.example.com"
 NODE = "node-a"

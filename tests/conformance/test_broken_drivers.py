@@ -13,10 +13,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-from dralet import kube
-from dralet.testing import conformance
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
+from dralet import conformance, kube
+from dralet.apiserver import ApiServer
+from dralet.cluster import ControlPlane
 from tests.conformance.broken_drivers import (
     BROKEN_DRIVERS,
     DRIVER,

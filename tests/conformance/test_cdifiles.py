@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from dralet.testing.conformance.cdifiles import SpecWatch, invalid_specs
+from dralet.conformance.cdifiles import SpecWatch, invalid_specs
 
 
 def test_renamed_specs_pass_and_in_place_writes_are_caught(tmp_path: Path) -> None:

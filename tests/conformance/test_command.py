@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from dralet import conformance
 from dralet.cli import conformance as conformance_cli
 from dralet.cli import main
-from dralet.testing import conformance
 
 NARROW = 70
 

@@ -16,11 +16,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-from dralet import kube
-from dralet.testing import conformance
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from dralet import conformance, kube
+from dralet.apiserver import ApiServer
+from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
 
 pytestmark = pytest.mark.e2e
 

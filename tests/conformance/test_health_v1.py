@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from dralet import kubelet
 from dralet.node import service
 from dralet.protocol.proto import drahealth_v1_pb2, drahealth_v1alpha1_pb2
-from dralet.testing import kubelet
 
 BOTH = ["v1.DRAPlugin", "v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"]
 

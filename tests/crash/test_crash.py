@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dralet import failpoints
-from dralet.testing import crash
+from tests.harness import crash
 
 pytestmark = pytest.mark.crash
 

@@ -21,11 +21,10 @@ import pytest
 from aiohttp import web
 from tests import claimstore
 
+from dralet.apiserver import ApiServer
+from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
 from dralet.kube.events import EVENT_NAMESPACE
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletEmulator
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from dralet.kubelet import KubeletEmulator
 
 pytestmark = pytest.mark.e2e
 

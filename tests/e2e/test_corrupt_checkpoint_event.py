@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletEmulator
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from dralet.apiserver import ApiServer
+from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
+from dralet.kubelet import KubeletEmulator
 from tests import claimstore
 
 pytestmark = pytest.mark.e2e

@@ -11,9 +11,9 @@ import pytest
 
 from dralet.checkpoint.model import Checkpoint
 from dralet.checkpoint.store import CheckpointStore
-from dralet.testing.kubelet import KubeletClaim
+from dralet.kubelet import KubeletClaim
+from dralet.testing.claims import DRIVER, MemoryClaims, allocated_claim
 from tests import claimstore
-from tests.claimfakes import DRIVER, MemoryClaims, allocated_claim
 from tests.node.conftest import Node, running_node
 
 __all__ = ["running_node"]  # re-exported for the hostile tests

@@ -20,9 +20,9 @@ from dralet.cdi import spec as cdi_spec
 from dralet.cdi.store import SpecStore
 from dralet.checkpoint import codec
 from dralet.checkpoint.store import MAX_CHECKPOINT_BYTES, CheckpointStore
-from dralet.testing.kubelet import KubeletClaim, KubeletEmulator
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
-from tests.claimfakes import MemoryClaims
+from dralet.cluster import DriverPaths, DriverProcess, driver_args
+from dralet.kubelet import KubeletClaim, KubeletEmulator
+from dralet.testing.claims import MemoryClaims
 from tests.hostile.conftest import add_claim, node_with_one_claim, running_node
 
 DRIVER = "gpu.example.com"

@@ -19,13 +19,12 @@ from pathlib import Path
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from dralet.apiserver import ApiServer
 from dralet.checkpoint import codec
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletEmulator
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
+from dralet.kubelet import KubeletEmulator
+from dralet.testing.claims import MemoryClaims
 from tests import claimstore
-from tests.claimfakes import MemoryClaims
 from tests.hostile.conftest import (
     add_claim,
     allowed_dirs,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from dralet.cluster import DriverPaths, DriverProcess, driver_args
 from dralet.node import directories
 from dralet.node.settings import DriverSettings
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
 from tests.node.conftest import make_settings, running_node
 
 ROLES = {

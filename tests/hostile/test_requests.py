@@ -8,9 +8,9 @@ import uuid
 import grpc
 import pytest
 
+from dralet.kubelet import KubeletClaim
 from dralet.protocol import wire
 from dralet.protocol.proto import dra_v1_pb2
-from dralet.testing.kubelet import KubeletClaim
 from tests.hostile.conftest import (
     add_claim,
     allowed_dirs,

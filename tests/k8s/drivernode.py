@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from dralet import kube
-from dralet.testing.kubelet import KubeletEmulator, NodeHeartbeat, PluginConnection
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from dralet.cluster import DriverPaths, DriverProcess, driver_args
+from dralet.kubelet import KubeletEmulator, NodeHeartbeat, PluginConnection
 from tests.k8sapi import ClusterApi
 
 DRIVER = "gpu.example.com"

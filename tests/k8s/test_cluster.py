@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from dralet import kube
-from dralet.testing.kubelet import NodeHeartbeat
+from dralet.kubelet import NodeHeartbeat
 from tests.k8sapi import ClusterApi, ClusterApiError
 from tests.k8scluster import DRA_FEATURE_GATES, Cluster
 from tests.kubefixtures import K8S_TIMEOUT

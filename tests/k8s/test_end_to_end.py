@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dralet.testing.kubelet import KubeletClaim
+from dralet.kubelet import KubeletClaim
 from tests.k8s.drivernode import DRIVER, NODE, Node, eventually
 from tests.kubefixtures import K8S_TIMEOUT
 

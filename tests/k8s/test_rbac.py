@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from dralet.testing.kubelet import KubeletClaim
+from dralet.kubelet import KubeletClaim
 from tests import claimstore
 from tests.k8s.drivernode import DRIVER, NODE, Node, eventually
 from tests.k8sapi import driver_account, driver_identity

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from dralet import kube
+from dralet.apiserver import ApiServer
 from dralet.metrics import DriverMetrics
 from dralet.node import claims
-from dralet.testing.apiserver import ApiServer
 from tests.kubeobjects import allocation, claim
 
 FINALIZER = claims.finalizer_name("gpu.example.com")

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from dralet import testing
 from dralet.drivers.example import SimulatedGPUs
+from dralet.kubelet import KubeletEmulator, PluginConnection
 from dralet.node.runner import Driver
 from dralet.node.settings import DriverSettings
-from dralet.testing.kubelet import KubeletEmulator, PluginConnection
-from tests.claimfakes import DRIVER, NODE, MemoryClaims
+from dralet.testing.claims import NODE, MemoryClaims
 
 
 @dataclass
@@ -27,41 +28,20 @@ class Node:
 
 
 def make_settings(root: Path, **overrides: object) -> DriverSettings:
-    values: dict[str, object] = {
-        "driver_name": DRIVER,
-        "node_name": NODE,
-        "plugin_dir": root / "plugins" / DRIVER,
-        "registry_dir": root / "plugins_registry",
-        "cdi_dir": root / "cdi",
-        "boot_id_path": root / "boot_id",
-        "stale_claim_interval": 3600.0,
-        "health_interval": 0.05,
-        "shutdown_grace": 2.0,
-    }
-    values.update(overrides)
-    root.mkdir(parents=True, exist_ok=True)
-    if not (root / "boot_id").exists():
-        (root / "boot_id").write_text("boot-1\n")
-    return DriverSettings(**values)  # type: ignore[arg-type]
+    return testing.node_settings(root, **overrides)
 
 
 @contextlib.asynccontextmanager
 async def running_node(
     root: Path, *, gpus: int = 4, claims: MemoryClaims | None = None, **overrides: object
 ) -> AsyncIterator[Node]:
-    """A driver started in this event loop on ``root``, registered with a kubelet emulator."""
+    """A driver of simulated GPUs started in this event loop on ``root``, registered with a
+    kubelet emulator (``dralet.testing.running_node``)."""
     settings = make_settings(root, **overrides)
     backend = SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=gpus)
     claims = claims if claims is not None else MemoryClaims()
-    driver = Driver(settings, backend, claims=claims)
-    await driver.start()
-    kubelet = KubeletEmulator(settings.registry_dir)
-    try:
-        plugin = await kubelet.wait_for_plugin(DRIVER, within=10)
-        yield Node(settings, backend, claims, driver, kubelet, plugin)
-    finally:
-        await kubelet.close()
-        await driver.stop()
+    async with testing.running_node(settings, backend, claims=claims) as started:
+        yield Node(settings, backend, claims, started.driver, started.kubelet, started.plugin)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ stale claims are cleaned up after a grace period through the normal unprepare pa
 from __future__ import annotations
 
 from dralet.checkpoint.model import ClaimState
-from tests.claimfakes import allocated_claim
+from dralet.testing.claims import allocated_claim
 from tests.node.conftest import Node
 from tests.node.test_prepare import kclaim
 

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from dralet import logs
-from tests.claimfakes import allocated_claim
+from dralet.testing.claims import allocated_claim
 from tests.node.conftest import Node
 from tests.node.test_prepare import kclaim
 

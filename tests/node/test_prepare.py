@@ -9,8 +9,8 @@ import uuid
 import grpc
 import pytest
 
-from dralet.testing.kubelet import KubeletClaim, PluginConnection
-from tests.claimfakes import allocated_claim
+from dralet.kubelet import KubeletClaim, PluginConnection
+from dralet.testing.claims import allocated_claim
 from tests.node.conftest import Node
 
 

@@ -13,7 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dralet.protocol.proto import drahealth_v1alpha1_pb2
-from tests.claimfakes import NODE, allocated_claim
+from dralet.testing.claims import NODE, allocated_claim
 from tests.node.conftest import Node, running_node
 from tests.node.test_prepare import kclaim
 

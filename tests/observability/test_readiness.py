@@ -15,9 +15,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dralet.drivers.example import SimulatedGPUs
+from dralet.kubelet import KubeletEmulator
 from dralet.node.runner import READINESS_SERVICE, Driver
-from dralet.testing.kubelet import KubeletEmulator
-from tests.claimfakes import DRIVER, NODE, MemoryClaims
+from dralet.testing.claims import DRIVER, NODE, MemoryClaims
 from tests.node.conftest import make_settings
 
 SERVING = health_pb2.HealthCheckResponse.SERVING

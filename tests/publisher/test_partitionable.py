@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dralet import kube
+from dralet.apiserver import ApiServer
 from dralet.node import devices
 from dralet.node.backend import DeviceHealth, HealthStatus
 from dralet.node.devices import (
@@ -23,7 +24,6 @@ from dralet.node.devices import (
 )
 from dralet.node.published import build_pool, device_to_json
 from dralet.node.publisher import PublisherSettings, SlicePublisher
-from dralet.testing.apiserver import ApiServer
 from tests.publisher.test_publisher import DRIVER, NODE, FakeBackend, live, node_uid
 
 __all__ = ["node_uid"]  # the shared fixture, used by the tests below

@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 
 from dralet import kube
+from dralet.apiserver import ApiServer, schema_errors
 from dralet.kube import resources, slices
 from dralet.kube.events import NodeEvents
 from dralet.metrics import DriverMetrics
@@ -24,7 +25,6 @@ from dralet.node.backend import (
 )
 from dralet.node.published import build_pool
 from dralet.node.publisher import PublisherSettings, SlicePublisher
-from dralet.testing.apiserver import ApiServer, schema_errors
 from tests.kubeobjects import node
 
 DRIVER = "gpu.example.com"

@@ -18,8 +18,8 @@ from dralet.node import audit
 from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID, PreparedDevice
 from dralet.node.claims import ClaimEngine, PrepareOutcome
 from dralet.node.settings import DriverSettings
+from dralet.testing.claims import DRIVER, NODE, MemoryClaims, allocated_claim
 from dralet.testing.strict import StrictBackend
-from tests.claimfakes import DRIVER, NODE, MemoryClaims, allocated_claim
 
 FINALIZER = f"{DRIVER}/prepared"
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from dralet.testing import podman
+from tests.harness import podman
 
 
 @pytest.fixture(autouse=True)

@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.harness import podman
 
 from dralet.cdi import spec, store
-from dralet.testing import podman
 
 pytestmark = pytest.mark.runtime
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.harness import podman
 
 from dralet.cdi import names
-from dralet.testing import podman
 
 pytestmark = pytest.mark.runtime
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.harness import podman
 
 from dralet.cdi import spec, store
-from dralet.testing import podman
 
 pytestmark = pytest.mark.runtime
 

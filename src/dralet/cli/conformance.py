@@ -8,7 +8,7 @@ Claims are created in an API server the driver reads: an existing one
 conformance starts itself (``--serve-api HOST:PORT``), writing a kubeconfig for the
 driver to ``--write-kubeconfig`` (its directory is made). Devices to allocate come from
 ``--device`` or from the ResourceSlice the driver publishes for the node. The cases live
-in ``dralet.testing.conformance``.
+in ``dralet.conformance``.
 
 Exit status: 0 no MUST case failed (with ``--strict``: no case failed), 1 one did, 2 usage
 error, an unreachable API, a driver that never registered, or no devices to allocate.
@@ -27,10 +27,9 @@ from typing import Any
 
 import click
 
-from dralet import errors
+from dralet import conformance, errors
 from dralet.cdi import store as cdi_store
 from dralet.cli.audit import render_table, wrap_prose
-from dralet.testing import conformance
 
 __all__ = ["ApiChoice", "command", "render_text"]
 
@@ -70,7 +69,7 @@ async def _stand_in(choice: ApiChoice, *, node_name: str) -> AsyncIterator[str |
     if choice.serve is None:
         yield None
         return
-    from dralet.testing.apiserver import ApiServer  # imported here: schemas load slowly
+    from dralet.apiserver import ApiServer  # imported here: schemas load slowly
 
     host, _, port = choice.serve.rpartition(":")
     server = ApiServer(

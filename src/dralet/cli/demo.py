@@ -20,10 +20,9 @@ from typing import Any
 
 import click
 
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletClaim, KubeletEmulator, PluginConnection, PrepareResult
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
+from dralet.apiserver import ApiServer
+from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
+from dralet.kubelet import KubeletClaim, KubeletEmulator, PluginConnection, PrepareResult
 
 __all__ = ["command", "run_demo"]
 

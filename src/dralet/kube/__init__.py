@@ -6,7 +6,7 @@ Dict in, dict out, on the official client's asyncio package (``kubernetes.aio``)
 between those versions), ``claims`` (``ClaimClient``, the claim engine's ``ClaimSource``),
 ``inventory`` (listing claims, slices and classes for the CLI) and ``slices`` (pure
 ResourceSlice rules and diffing, used by the node's publisher). Used by ``dralet.node``
-(publisher, ledger wiring), the CLI and the API stand-in in ``dralet.testing``.
+(publisher, ledger wiring), the CLI and the API stand-in in ``dralet.apiserver``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A ``Resource`` is one kind at one served version; the same kind at another version is
 another ``Resource``. Building paths here keeps every request in ``dralet.kube`` and the
-API stand-in in ``dralet.testing`` speaking the same layout.
+API stand-in in ``dralet.apiserver`` speaking the same layout.
 """
 
 from __future__ import annotations

@@ -1,9 +1,26 @@
-"""Public test kit for driver authors and dralet's own suites.
+"""The test kit for a driver author's own tests.
 
-Plays the other side of every boundary a driver has: the kubelet (``kubelet``: the
-registration and DRA gRPC protocol over unix sockets), the API server (``apiserver``:
-an in-process stand-in with Kubernetes semantics), a container runtime (``podman``),
-and the driver process itself (``process``: start, SIGKILL, restart). ``strict`` is a
-fake backend that fails a test when ``release`` does not get back what ``prepare``
-returned.
+- ``StrictBackend`` (``strict``): a fake backend that fails a test when ``release`` does
+  not get back what ``prepare`` returned, alone or around the author's backend.
+- ``MemoryClaims`` and ``allocated_claim`` (``claims``): ResourceClaims in memory, as
+  the scheduler leaves them, behind the ``ClaimSource`` a driver reads.
+- ``running_node`` and ``node_settings`` (``node``): the author's backend run as a real
+  driver in the test's event loop, called by a kubelet emulator over its sockets.
+
+The kubelet emulator (``dralet.kubelet``), the API stand-in (``dralet.apiserver``) and
+``dralet conformance`` (``dralet.conformance``) are there for tests that need more.
 """
+
+from dralet.testing.claims import MemoryClaims, allocated_claim
+from dralet.testing.node import RunningNode, kubelet_claim, node_settings, running_node
+from dralet.testing.strict import StrictBackend
+
+__all__ = [
+    "MemoryClaims",
+    "RunningNode",
+    "StrictBackend",
+    "allocated_claim",
+    "kubelet_claim",
+    "node_settings",
+    "running_node",
+]

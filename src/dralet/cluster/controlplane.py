@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.kubelet import KubeletClaim
+from dralet.apiserver import ApiServer
+from dralet.kubelet import KubeletClaim
 
 __all__ = ["ControlPlane", "allocated_status", "claim_manifest", "claim_request"]
 

@@ -23,13 +23,13 @@ from typing import TypeVar
 
 import grpc
 
+from dralet import kubelet as emulator
+from dralet.conformance import checks
+from dralet.conformance.cases import CASE_NAMES, CASES
+from dralet.conformance.cdifiles import SpecWatch
+from dralet.conformance.claims import ClaimFactory
+from dralet.conformance.report import CaseResult, Status, SuiteResult
 from dralet.protocol.proto import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
-from dralet.testing import kubelet as emulator
-from dralet.testing.conformance import checks
-from dralet.testing.conformance.cases import CASE_NAMES, CASES
-from dralet.testing.conformance.cdifiles import SpecWatch
-from dralet.testing.conformance.claims import ClaimFactory
-from dralet.testing.conformance.report import CaseResult, Status, SuiteResult
 
 __all__ = [
     "KUBELET_VERSIONS",

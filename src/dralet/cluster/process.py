@@ -1,5 +1,5 @@
-"""Driver processes for tests: start ``dralet run`` as a real separate process, SIGKILL it,
-start it again.
+"""Driver processes: start ``dralet run`` as a real separate process, SIGKILL it, start
+it again.
 
 Two ways to start one. ``exec`` runs ``python -m dralet.cli.main run ...`` like a
 container would (about a second and a half of imports). ``fork`` (the default) forks

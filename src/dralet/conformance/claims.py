@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from dralet import cluster
+from dralet import kubelet as emulator
 from dralet.kube import resources, versions
 from dralet.kube.client import KubeClient
-from dralet.testing import cluster
-from dralet.testing import kubelet as emulator
 
 __all__ = ["ApiClaimFactory", "ClaimFactory", "Published"]
 

@@ -48,16 +48,15 @@ from typing import Any
 import grpc
 
 from dralet import errors, failpoints, fsutil
+from dralet.apiserver import ApiServer
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint import database
+from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
 from dralet.drivers.example import SimulatedGPUs
+from dralet.kubelet import KubeletClaim, KubeletEmulator, KubeletError, PluginConnection
 from dralet.node import audit
 from dralet.node import claims as claim_checks
 from dralet.node.settings import DriverSettings
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletClaim, KubeletEmulator, KubeletError, PluginConnection
-from dralet.testing.process import DriverPaths, DriverProcess, driver_args
 from dralet.testing.strict import StrictBackend
 
 __all__ = [
@@ -270,7 +269,7 @@ class _ApiClaims:
 class _Run:
     def __init__(self, settings: CrashSettings, *, seed: int, names: Sequence[str], root: Path):
         self.settings = settings
-        self.rng = random.Random(seed)  # noqa: S311 - reproducible test schedules, not secrets
+        self.rng = random.Random(seed)
         self.failpoint = failpoint_for(seed, names)
         self.names = list(names)
         self.nth = self.rng.randint(1, settings.max_nth)
@@ -726,7 +725,7 @@ async def run_one(
         await run.execute()
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a harness error is reported as this run's failure
+    except Exception as exc:
         run.violation(f"harness error {type(exc).__name__}: {exc}")
     run.result.seconds = time.perf_counter() - started
     if not run.result.violations and not settings.keep_passing_runs:

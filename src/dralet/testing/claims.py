@@ -1,4 +1,16 @@
-"""An in-memory ClaimSource for unit tests of the ledger (the API stand-in covers HTTP)."""
+"""ResourceClaims in memory, for a driver's tests without an API server.
+
+``MemoryClaims`` is a ``dralet.ClaimSource``: hand it to the driver (or the claim engine)
+in place of the API client, add claims shaped as the scheduler leaves them with
+``allocated_claim``, and read back the finalizers the driver set::
+
+    claims = MemoryClaims()
+    claim = claims.add(allocated_claim("c1", devices=[("gpu", "gpu-0")]))
+    ...
+    assert claims.finalizers("default", "c1") == []
+
+For HTTP semantics (watches, conflicts, schemas) use the API stand-in, ``dralet.apiserver``.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +19,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+__all__ = ["DRIVER", "NODE", "MemoryClaims", "allocated_claim"]
+
 DRIVER = "gpu.example.com"
+"""The driver ``allocated_claim`` allocates from unless told otherwise."""
 NODE = "node-a"
+"""The node (and pool) ``allocated_claim`` allocates on unless told otherwise."""
 
 
 def allocated_claim(
@@ -22,7 +38,8 @@ def allocated_claim(
     reserved: bool = True,
     admin_access: bool = False,
 ) -> dict[str, Any]:
-    """A ResourceClaim (v1 shape) allocated to ``devices`` as (request, device) pairs."""
+    """A ResourceClaim (v1 shape) allocated to ``devices`` as (request, device) pairs, as
+    the scheduler leaves it: reserved for a pod unless ``reserved=False``."""
     results = [
         {"request": request, "driver": driver, "pool": pool, "device": device}
         | ({"adminAccess": True} if admin_access else {})
@@ -52,24 +69,34 @@ def allocated_claim(
 
 
 class MemoryClaims:
-    """ResourceClaims in a dict, with finalizer semantics like the API server's."""
+    """ResourceClaims in a dict, with finalizer semantics like the API server's: a claim
+    deleted while it has finalizers gets a deletionTimestamp and goes when the last one
+    is removed; finalizer changes for another UID (a claim recreated under the same
+    name) do nothing.
+    """
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        """The claims by (namespace, name)."""
         self.calls: list[str] = []
+        """Every call the driver made, in order (``"get ns/name"``, ``"add-finalizer ..."``)."""
         self.fail_finalizer_removal = False
+        """Set: ``remove_finalizer`` raises ``ConnectionError``, as an unreachable server."""
 
     def add(self, claim: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a copy of ``claim`` (replacing one of the same name); the stored object."""
         obj = copy.deepcopy(dict(claim))
         meta = obj["metadata"]
         self.objects[(meta["namespace"], meta["name"])] = obj
         return obj
 
     def ref(self, claim: Mapping[str, Any]) -> tuple[str, str, str]:
+        """(namespace, uid, name) of ``claim``: what the kubelet names it by."""
         meta = claim["metadata"]
         return meta["namespace"], meta["uid"], meta["name"]
 
     def delete(self, namespace: str, name: str) -> None:
+        """Delete as the API server does: marked while finalizers remain, else gone."""
         obj = self.objects.get((namespace, name))
         if obj is None:
             return
@@ -79,10 +106,12 @@ class MemoryClaims:
             del self.objects[(namespace, name)]
 
     def finalizers(self, namespace: str, name: str) -> list[str]:
+        """The claim's finalizers ([] when it is gone)."""
         obj = self.objects.get((namespace, name))
         return list(obj["metadata"].get("finalizers", [])) if obj else []
 
     async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A copy of the claim, or None."""
         self.calls.append(f"get {namespace}/{name}")
         obj = self.objects.get((namespace, name))
         return copy.deepcopy(obj) if obj else None
@@ -96,6 +125,8 @@ class MemoryClaims:
         *,
         current: Mapping[str, Any] | None = None,
     ) -> bool:
+        """Add ``finalizer`` to the claim with this UID; False if that claim is gone
+        (``current`` is ignored: the dict here is always current)."""
         self.calls.append(f"add-finalizer {namespace}/{name}")
         obj = self.objects.get((namespace, name))
         if obj is None or obj["metadata"]["uid"] != uid:
@@ -106,6 +137,7 @@ class MemoryClaims:
         return True
 
     async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+        """Remove ``finalizer``; True also when the claim with this UID is gone."""
         self.calls.append(f"remove-finalizer {namespace}/{name}")
         if self.fail_finalizer_removal:
             raise ConnectionError("API server unreachable")

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from dralet import kubelet as emulator
 from dralet.cdi import names as cdi_names
-from dralet.testing import kubelet as emulator
-from dralet.testing.conformance.cdifiles import defined_devices, invalid_specs
-from dralet.testing.conformance.claims import request_names
+from dralet.conformance.cdifiles import defined_devices, invalid_specs
+from dralet.conformance.claims import request_names
 
 if TYPE_CHECKING:
-    from dralet.testing.conformance.runner import Discovered, Run
+    from dralet.conformance.runner import Discovered, Run
 
 MAX_FILES_SHOWN = 2
 NOT_SERVED = frozenset({grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNAVAILABLE})

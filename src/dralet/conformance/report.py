@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from xml.etree import ElementTree
 
-from dralet.testing.conformance.cases import Level, case
+from dralet.conformance.cases import Level, case
 
 __all__ = ["CaseResult", "Status", "SuiteResult"]
 

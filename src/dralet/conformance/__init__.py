@@ -5,10 +5,10 @@ bodies), ``runner`` (discovery and kubelet rounds), ``report`` (JSON and JUnit),
 sees it). Used by ``dralet conformance`` and the tests.
 """
 
-from dralet.testing.conformance.cases import CASE_NAMES, CASES, Case, Level
-from dralet.testing.conformance.claims import ApiClaimFactory, ClaimFactory, Published
-from dralet.testing.conformance.report import CaseResult, SuiteResult
-from dralet.testing.conformance.runner import (
+from dralet.conformance.cases import CASE_NAMES, CASES, Case, Level
+from dralet.conformance.claims import ApiClaimFactory, ClaimFactory, Published
+from dralet.conformance.report import CaseResult, SuiteResult
+from dralet.conformance.runner import (
     KUBELET_VERSIONS,
     ConformanceSettings,
     SetupError,

@@ -1,0 +1,82 @@
+"""JSON merge patches (RFC 7386) and JSON patches (RFC 6902), refused as 422 Invalid."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dralet.apiserver.errors import ApiStatusError
+
+__all__ = ["json_patch", "merge_patch"]
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (``null`` deletes, lists replace)."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise ApiStatusError(422, "Invalid", f"JSON pointer {path!r} must start with /")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _container(doc: Any, parts: list[str]) -> Any:
+    for part in parts:
+        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+    return doc
+
+
+def json_patch(document: Any, operations: Sequence[Mapping[str, Any]]) -> Any:
+    """RFC 6902 JSON patch: add, remove, replace, move, copy, test."""
+    doc = copy.deepcopy(document)
+    for op in operations:
+        try:
+            kind = op["op"]
+            parts = _pointer(str(op["path"]))
+            if kind in ("move", "copy"):
+                source = _pointer(str(op["from"]))
+                value = copy.deepcopy(_container(doc, source))
+                if kind == "move":
+                    doc = json_patch(doc, [{"op": "remove", "path": op["from"]}])
+                doc = json_patch(doc, [{"op": "add", "path": op["path"], "value": value}])
+                continue
+            if kind == "test":
+                if _container(doc, parts) != op.get("value"):
+                    raise ApiStatusError(422, "Invalid", f"test operation failed at {op['path']}")
+                continue
+            if not parts:
+                doc = copy.deepcopy(op.get("value"))
+                continue
+            parent = _container(doc, parts[:-1])
+            last = parts[-1]
+            if kind == "add":
+                if isinstance(parent, list):
+                    parent.insert(len(parent) if last == "-" else int(last), op.get("value"))
+                else:
+                    parent[last] = copy.deepcopy(op.get("value"))
+            elif kind == "remove":
+                del parent[int(last) if isinstance(parent, list) else last]
+            elif kind == "replace":
+                index: Any = int(last) if isinstance(parent, list) else last
+                if not isinstance(parent, list) and last not in parent:
+                    raise KeyError(last)
+                parent[index] = copy.deepcopy(op.get("value"))
+            else:
+                raise ApiStatusError(422, "Invalid", f"unknown JSON patch operation {kind!r}")
+        except (KeyError, IndexError, ValueError, TypeError) as error:
+            raise ApiStatusError(
+                422, "Invalid", f"JSON patch {op!r} cannot be applied: {error!r}"
+            ) from error
+    return doc

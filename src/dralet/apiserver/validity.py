@@ -1,0 +1,75 @@
+"""What the stand-in refuses as 422 Invalid: strict-schema errors for the release it plays
+(through ``dralet.validation.schemas``, the loader ``dralet validate`` uses) and the Go
+validation rules dralet relies on that schemas cannot express.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dralet.apiserver.kinds import Kind, major_minor
+from dralet.kube import slices
+from dralet.validation import schemas
+
+__all__ = ["schema_errors", "semantic_errors"]
+
+_MAX_DEVICES = slices.MAX_DEVICES_PER_SLICE
+
+
+def schema_errors(obj: Mapping[str, Any], *, kubernetes_version: str) -> list[str]:
+    """Every strict-schema error of ``obj`` (in its own apiVersion) for that version."""
+    major, minor = major_minor(kubernetes_version)
+    kind, api_version = str(obj.get("kind")), str(obj.get("apiVersion"))
+    validator = schemas.validator_for(f"{major}.{minor}", api_version, kind)
+    if validator is None:
+        return [f"no schema for {kind} {api_version} in {kubernetes_version}"]
+    found = schemas.schema_findings(validator, dict(obj), api_version=api_version)
+    return [finding.message for finding in found]
+
+
+def semantic_errors(kind: Kind, obj: Mapping[str, Any]) -> list[str]:
+    """The Go validation rules dralet relies on that schemas cannot express."""
+    metadata = obj.get("metadata") or {}
+    problems = [
+        f"metadata.name: {p}"
+        for p in slices.dns_subdomain_problems(str(metadata.get("name") or ""), what="name")
+    ]
+    spec = obj.get("spec") or {}
+    if kind.kind == "ResourceSlice":
+        devices = spec.get("devices") or []
+        if len(devices) > _MAX_DEVICES:
+            problems.append(f"spec.devices: must have at most {_MAX_DEVICES} items")
+        names = [d.get("name") for d in devices]
+        if len(set(names)) != len(names):
+            problems.append("spec.devices: device names must be unique")
+        for device in devices:
+            problems += [f"spec.devices: {p}" for p in slices.device_problems(device)]
+        chosen = [k for k in ("nodeName", "nodeSelector", "allNodes") if spec.get(k)]
+        if len(chosen) != 1:
+            problems.append(
+                "spec: exactly one of `nodeName`, `nodeSelector`, `allNodes` is required"
+            )
+        pool = spec.get("pool") or {}
+        if int(pool.get("generation") or 0) < 0:
+            problems.append("spec.pool.generation: must be greater than or equal to zero")
+        if int(pool.get("resourceSliceCount") or 0) <= 0:
+            problems.append("spec.pool.resourceSliceCount: must be greater than zero")
+        problems += [
+            f"spec.driver: {p}" for p in slices.driver_name_problems(str(spec.get("driver") or ""))
+        ]
+        problems += [
+            f"spec.pool.name: {p}" for p in slices.pool_name_problems(str(pool.get("name") or ""))
+        ]
+    if kind.kind == "ResourceClaim":
+        status = obj.get("status") or {}
+        if status.get("reservedFor") and not status.get("allocation"):
+            problems.append("status.reservedFor: may not be specified when `allocated` is not set")
+        for request in (spec.get("devices") or {}).get("requests") or []:
+            mode = (request.get("exactly") or {}).get("allocationMode")
+            if mode not in (None, "ExactCount", "All"):
+                problems.append(
+                    f"spec.devices.requests[{request.get('name')}].allocationMode: Unsupported "
+                    f'value: "{mode}": supported values: "All", "ExactCount"'
+                )
+    return problems

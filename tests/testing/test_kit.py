@@ -1,0 +1,59 @@
+"""The public test kit, used the way a driver author's own tests use it."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from dralet import testing
+from dralet.testing import MemoryClaims, StrictBackend, allocated_claim, node_settings
+
+
+async def test_a_strict_backend_runs_as_a_node_and_is_called_by_the_kubelet(
+    short_tmp: Path,
+) -> None:
+    claims = MemoryClaims()
+    claim = claims.add(allocated_claim("c1", devices=[("gpu", "dev-1")]))
+    backend = StrictBackend(state_dir=short_tmp / "strict")
+    settings = node_settings(short_tmp / "n")
+
+    async with testing.running_node(settings, backend, claims=claims) as node:
+        prepared = await node.prepare(claim)
+        again = await node.prepare(claim)
+        assert prepared.kubelet_error == ""
+        uid = claim["metadata"]["uid"]
+        assert prepared.cdi_ids(uid) and prepared.cdi_ids(uid) == again.cdi_ids(uid)
+        assert claims.finalizers("default", "c1") == [f"{settings.driver_name}/prepared"]
+
+        released = await node.unprepare(claim)
+        assert released.kubelet_error == ""
+        assert claims.finalizers("default", "c1") == []
+
+    backend.assert_clean()
+
+
+async def test_memory_claims_keep_a_deleted_claim_until_its_finalizer_goes() -> None:
+    claims = MemoryClaims()
+    claim = claims.add(allocated_claim("c1"))
+    namespace, uid, name = claims.ref(claim)
+    assert await claims.add_finalizer(namespace, name, uid, "gpu.example.com/prepared")
+
+    claims.delete(namespace, name)
+    assert (await claims.get_claim(namespace, name) or {})["metadata"]["deletionTimestamp"]
+    assert not await claims.add_finalizer(namespace, name, "another-uid", "x/y")
+
+    assert await claims.remove_finalizer(namespace, name, uid, "gpu.example.com/prepared")
+    assert await claims.get_claim(namespace, name) is None
+
+
+def test_the_strict_backend_is_importable_from_the_kit() -> None:
+    from dralet.testing.strict import StrictBackend as Strict
+
+    assert testing.StrictBackend is Strict
+
+
+@pytest.mark.parametrize("name", testing.__all__)
+def test_every_public_name_of_the_kit_is_documented(name: str) -> None:
+    assert inspect.getdoc(getattr(testing, name)), f"dralet.testing.{name} has no docstring"
