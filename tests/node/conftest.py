@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dralet.drivers.example import SimulatedGPUs
-from dralet.node.runner import Driver
+from dralet.node.runner import NodeServer
 from dralet.node.settings import DriverSettings
 from dralet.testing.kubelet import KubeletEmulator, PluginConnection
 from tests.claimfakes import DRIVER, NODE, MemoryClaims
@@ -21,7 +21,7 @@ class Node:
     settings: DriverSettings
     backend: SimulatedGPUs
     claims: MemoryClaims
-    driver: Driver
+    driver: NodeServer
     kubelet: KubeletEmulator
     plugin: PluginConnection
 
@@ -53,7 +53,7 @@ async def running_node(
     settings = make_settings(root, **overrides)
     backend = SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=gpus)
     claims = claims if claims is not None else MemoryClaims()
-    driver = Driver(settings, backend, claims=claims)
+    driver = NodeServer(settings, backend, claims=claims)
     await driver.start()
     kubelet = KubeletEmulator(settings.registry_dir)
     try:
