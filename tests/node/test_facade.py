@@ -95,6 +95,10 @@ async def test_standalone_driver_serves_its_own_claim_source(short_root: Path) -
             result = await plugin.prepare([kclaim(claim)])
             assert result.claims[claim["metadata"]["uid"]].error == ""
             assert backend.in_use() == {"gpu-1": claim["metadata"]["uid"]}
+            waiter = asyncio.ensure_future(driver.wait())
+            await asyncio.gather(driver.stop(), driver.stop())  # the second one waits
+            assert not settings.driver.dra_socket.exists()
+            await asyncio.wait_for(waiter, WAIT_S)
     finally:
         await kubelet.close()
 

@@ -79,6 +79,7 @@ class Driver:
         self._publisher: SlicePublisher | None = None
         self._started = False
         self._stopped = asyncio.Event()
+        self._closing: asyncio.Future[None] | None = None
 
     @property
     def backend(self) -> DeviceBackend:
@@ -180,12 +181,16 @@ class Driver:
 
     async def stop(self) -> None:
         """Staged shutdown: deregister, refuse new calls, give in-flight calls
-        ``shutdown_grace`` seconds, cancel the rest, close the API client. Idempotent."""
-        if self._stopped.is_set():
-            return
+        ``shutdown_grace`` seconds, cancel the rest, close the API client. Idempotent;
+        a second caller waits for the first one's shutdown."""
         await self._close()
 
     async def _close(self) -> None:
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._shut_down())
+        await asyncio.shield(self._closing)
+
+    async def _shut_down(self) -> None:
         try:
             if self._server is not None:
                 await self._server.stop()
