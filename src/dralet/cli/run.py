@@ -147,9 +147,8 @@ def _driver_options(
 )
 @click.option(
     "--pod-uid",
-    envvar="POD_UID",
     default=_default(DriverSettings, "pod_uid"),
-    help="Per-instance socket names for rolling updates (Kubernetes >= 1.33; $POD_UID).",
+    help="Per-instance socket names for rolling updates (Kubernetes >= 1.33).",
 )
 @click.option("--api-url", default=None, help="API server URL without auth (test stand-ins).")
 @click.option(
