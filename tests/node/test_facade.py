@@ -90,7 +90,9 @@ async def test_standalone_driver_serves_its_own_claim_source(short_root: Path) -
     try:
         async with dralet.Driver(backend, settings, claims=claims) as driver:
             assert driver.publish() is False, "standalone publishes nothing"
+            assert not driver.registered, "no kubelet has called GetInfo yet"
             plugin = await kubelet.wait_for_plugin(DRIVER, within=WAIT_S)
+            assert driver.registered
             claim = claims.add(allocated_claim("c1", devices=[("gpu", "gpu-1")]))
             result = await plugin.prepare([kclaim(claim)])
             assert result.claims[claim["metadata"]["uid"]].error == ""

@@ -101,6 +101,11 @@ class Driver:
         return self._server.recovery if self._server is not None else None
 
     @property
+    def registered(self) -> bool:
+        """Whether the kubelet has confirmed the registration (Go: ``RegistrationStatus``)."""
+        return self._server is not None and self._server.registration.registered.is_set()
+
+    @property
     def publishing(self) -> bool:
         """Whether this driver keeps ResourceSlices published (API access and ``publish``)."""
         return self._publisher is not None
