@@ -6,10 +6,15 @@ PIP := $(VENV)/bin/pip
 
 .PHONY: install demo test check lint typecheck imports protos-check bench clean k8s
 
-$(VENV)/.installed: pyproject.toml
+# A third-party driver package, installed the way a vendor's is: its entry point in the
+# dralet.drivers group is what lets `dralet run --driver acme-fpga` find it.
+EXAMPLE_DRIVER := examples/dralet-example-vendor
+
+$(VENV)/.installed: pyproject.toml $(EXAMPLE_DRIVER)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e . --group dev
+	$(PIP) install -q -e $(EXAMPLE_DRIVER)
 	touch $@
 
 install: $(VENV)/.installed
@@ -23,11 +28,12 @@ test: install
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; fi; exit $$rc
 
 lint: install
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff format --check src tests benchmarks examples
 
 typecheck: install
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict $(EXAMPLE_DRIVER)/src
 
 imports: install
 	$(VENV)/bin/lint-imports

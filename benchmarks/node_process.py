@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,7 +25,6 @@ from typing import Any
 import dralet
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node.backend import DeviceBackend
-from dralet.node.runner import Driver
 from dralet.node.settings import DriverSettings
 from dralet.testing.claims import DRIVER, NODE, MemoryClaims, allocated_claim
 
@@ -97,8 +97,13 @@ async def serve(args: argparse.Namespace) -> None:
         if args.backend == "example"
         else MemoryGPUs(args.devices, root / "violations")
     )
-    driver = Driver(settings, backend, claims=claims)
-    await driver.run()
+    settings_all = dralet.Settings(
+        driver=settings, api=dralet.ApiSettings(standalone=True), publish=False
+    )
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with dralet.Driver(backend, settings_all, claims=claims):
+        await stop.wait()
 
 
 def main() -> None:

@@ -2,9 +2,11 @@
 
 This module is the public API. A driver author implements ``DeviceBackend`` (list
 devices, prepare one for a claim returning ``ContainerEdits``, release it) and hands it
-to ``Driver`` with ``DriverSettings``; dralet owns registration, the kubelet's DRA gRPC
-services, the crash-safe checkpoint, CDI files, recovery, garbage collection,
-ResourceSlices, the claim finalizer, health and metrics.
+to ``run`` (blocking) or ``Driver`` (an async handle) with ``Settings``; dralet owns
+registration, the kubelet's DRA gRPC services, the crash-safe checkpoint, CDI files,
+recovery, garbage collection, ResourceSlices, the claim finalizer, health and metrics.
+``help(dralet.run)`` is the whole author contract, packaging as a ``dralet run
+--driver`` plugin included.
 
 The public names load on first use (PEP 562), so the command-line tools under
 ``dralet.*`` (``dralet validate``, ``dralet simulate``) never pay for the driver's gRPC
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
         Version,
     )
     from dralet.node.claims.source import ClaimSource
+    from dralet.node.config import ApiSettings, Settings
     from dralet.node.devices import (
         Capacity,
         CounterConsumption,
@@ -44,7 +47,14 @@ if TYPE_CHECKING:
         RequestPolicy,
         TaintEffect,
     )
-    from dralet.node.runner import Driver
+    from dralet.node.driver import Driver, run
+    from dralet.node.factory import (
+        BackendFactory,
+        DriverConfig,
+        DriverLoadError,
+        DriverStartError,
+    )
+    from dralet.node.publisher import PublisherSettings
     from dralet.node.settings import DriverSettings
 
 _SOURCES: dict[str, str] = {
@@ -77,14 +87,24 @@ _SOURCES: dict[str, str] = {
     "QuantityRange": "dralet.node.devices",
     "RequestPolicy": "dralet.node.devices",
     "TaintEffect": "dralet.node.devices",
-    "Driver": "dralet.node.runner",
+    "ApiSettings": "dralet.node.config",
+    "Settings": "dralet.node.config",
+    "Driver": "dralet.node.driver",
+    "run": "dralet.node.driver",
+    "BackendFactory": "dralet.node.factory",
+    "DriverConfig": "dralet.node.factory",
+    "DriverLoadError": "dralet.node.factory",
+    "DriverStartError": "dralet.node.factory",
+    "PublisherSettings": "dralet.node.publisher",
     "DriverSettings": "dralet.node.settings",
 }
 """Where each public name is defined."""
 
 __all__ = [
     "AllocatedDevice",
+    "ApiSettings",
     "AttributeValue",
+    "BackendFactory",
     "Capacity",
     "ClaimError",
     "ClaimRef",
@@ -100,20 +120,26 @@ __all__ = [
     "DeviceNode",
     "DeviceTaint",
     "Driver",
+    "DriverConfig",
+    "DriverLoadError",
     "DriverMetrics",
     "DriverSettings",
+    "DriverStartError",
     "FileLock",
     "HealthStatus",
     "Hook",
     "Mount",
     "PermanentError",
     "PreparedDevice",
+    "PublisherSettings",
     "QuantityRange",
     "RequestPolicy",
+    "Settings",
     "TaintEffect",
     "TemporaryError",
     "Version",
     "atomic_write",
+    "run",
 ]
 
 

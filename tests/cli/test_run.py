@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,57 @@ def test_a_malformed_feature_gate_is_a_usage_error(tmp_path: Path) -> None:
     result = _run(["--standalone", "--feature-gate", "DRADeviceTaints"], home=tmp_path)
     assert result.returncode == 2
     assert "expected GATE=true|false" in result.stderr
+
+
+def test_an_unknown_driver_is_one_line_listing_the_installed_ones(tmp_path: Path) -> None:
+    result = _run(["--standalone", "--driver", "nvidia"], home=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "Error: unknown driver 'nvidia' (available: acme-fpga, example, example-strict)"
+    ]
+
+
+def test_an_unreadable_driver_config_is_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "fpga.yaml"
+    result = _run(["--standalone", "--driver-config", str(missing)], home=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f"--driver-config {missing}: No such file or directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_factory_that_refuses_its_config_names_the_driver(tmp_path: Path) -> None:
+    short = Path(tempfile.mkdtemp(prefix="dralet-"))
+    try:
+        result = _run(
+            ["--standalone", "--driver-option", "colour=red",
+             "--plugin-dir", str(short / "p"), "--registry-dir", str(short / "r"),
+             "--cdi-dir", str(short / "cdi")],
+            home=tmp_path,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(short)
+    assert result.returncode == 1, result.stderr
+    assert (
+        "cannot start: driver 'example' could not start: ValueError: unknown setting(s) colour"
+        in result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_a_malformed_driver_option_is_a_usage_error(tmp_path: Path) -> None:
+    result = _run(["--standalone", "--driver-option", "gpus"], home=tmp_path)
+    assert result.returncode == 2
+    assert "expected KEY=VALUE, got 'gpus'" in result.stderr
+
+
+def test_flag_defaults_are_the_settings_defaults() -> None:
+    from dralet.cli import run
+    from dralet.node.publisher import PublisherSettings
+    from dralet.node.settings import DriverSettings
+
+    defaults = {param.name: param.default for param in run.command.params}
+    plain = DriverSettings(driver_name="gpu.example.com", node_name="n1")
+    for name in ("registry_dir", "cdi_dir", "stale_claim_grace", "max_parallel_claims"):
+        assert defaults[name] == getattr(plain, name), name
+    assert defaults["health_port"] is plain.health_port is None
+    assert defaults["unhealthy_taint_effect"] == PublisherSettings().unhealthy_taint_effect

@@ -12,7 +12,7 @@ import pytest
 
 from dralet.checkpoint.model import ClaimState
 from dralet.kubelet import KubeletClaim, KubeletEmulator
-from dralet.node.runner import Driver
+from dralet.node.runner import NodeServer
 from dralet.testing.claims import DRIVER
 from tests.hostile.conftest import short_root  # noqa: F401 - fixture
 from tests.recovery.nodekit import FINALIZER, GatedBackend, LedgerNode
@@ -29,11 +29,11 @@ def kclaim(node: LedgerNode, name: str) -> KubeletClaim:
 
 
 @pytest.fixture
-async def gated(short_root: Path) -> AsyncIterator[tuple[LedgerNode, GatedBackend, Driver]]:  # noqa: F811
+async def gated(short_root: Path) -> AsyncIterator[tuple[LedgerNode, GatedBackend, NodeServer]]:  # noqa: F811
     node = LedgerNode.create(short_root)
     gate = asyncio.Event()
     backend = GatedBackend(node.backend, gates={"gpu-0": gate})
-    driver = Driver(node.settings, backend, claims=node.claims)
+    driver = NodeServer(node.settings, backend, claims=node.claims)
     node.ledger = driver.ledger
     await driver.start()
     try:
@@ -44,7 +44,7 @@ async def gated(short_root: Path) -> AsyncIterator[tuple[LedgerNode, GatedBacken
 
 
 async def test_slow_backend_prepare_does_not_delay_another_claim(
-    gated: tuple[LedgerNode, GatedBackend, Driver],
+    gated: tuple[LedgerNode, GatedBackend, NodeServer],
 ) -> None:
     node, backend, _ = gated
     slow = node.add_claim("slow", "gpu-0")
@@ -78,7 +78,7 @@ async def test_slow_backend_prepare_does_not_delay_another_claim(
 
 @pytest.mark.parametrize("first", ["prepare-finishes-first", "unprepare-arrives-first"])
 async def test_abandoned_prepare_then_unprepare_leaves_the_node_clean(
-    gated: tuple[LedgerNode, GatedBackend, Driver], first: str
+    gated: tuple[LedgerNode, GatedBackend, NodeServer], first: str
 ) -> None:
     node, backend, driver = gated
     claim = node.add_claim("c", "gpu-0")

@@ -12,7 +12,7 @@ import pytest
 from dralet import testing
 from dralet.drivers.example import SimulatedGPUs
 from dralet.kubelet import KubeletEmulator, PluginConnection
-from dralet.node.runner import Driver
+from dralet.node.runner import NodeServer
 from dralet.node.settings import DriverSettings
 from dralet.testing.claims import NODE, MemoryClaims
 
@@ -22,7 +22,7 @@ class Node:
     settings: DriverSettings
     backend: SimulatedGPUs
     claims: MemoryClaims
-    driver: Driver
+    driver: NodeServer
     kubelet: KubeletEmulator
     plugin: PluginConnection
 

@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dralet.drivers.example import SimulatedGPUs
 from dralet.kubelet import KubeletEmulator
-from dralet.node.runner import READINESS_SERVICE, Driver
+from dralet.node.runner import READINESS_SERVICE, NodeServer
 from dralet.testing.claims import DRIVER, NODE, MemoryClaims
 from tests.node.conftest import make_settings
 
@@ -34,10 +34,10 @@ async def statuses(port: int) -> AsyncIterator[int]:
 
 
 @contextlib.asynccontextmanager
-async def started(root: Path, published: asyncio.Event) -> AsyncIterator[Driver]:
+async def started(root: Path, published: asyncio.Event) -> AsyncIterator[NodeServer]:
     settings = make_settings(root, health_port=0, metrics_host="127.0.0.1")
     backend = SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=1)
-    driver = Driver(settings, backend, claims=MemoryClaims(), ready_after=(published,))
+    driver = NodeServer(settings, backend, claims=MemoryClaims(), ready_after=(published,))
     await driver.start()
     try:
         yield driver

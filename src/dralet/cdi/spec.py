@@ -40,6 +40,9 @@ class CDISpecError(ValueError):
 
 @dataclass(frozen=True)
 class DeviceNode:
+    """A device node the container gets: ``path`` inside it, from ``host_path`` (default:
+    the same path) on the host."""
+
     path: str
     host_path: str = ""
     type: str = ""
@@ -53,6 +56,8 @@ class DeviceNode:
 
 @dataclass(frozen=True)
 class Mount:
+    """``host_path`` mounted at ``container_path`` (``type`` and ``options`` as for mount(8))."""
+
     host_path: str
     container_path: str
     options: tuple[str, ...] = ()
@@ -61,6 +66,8 @@ class Mount:
 
 @dataclass(frozen=True)
 class Hook:
+    """An OCI hook the runtime runs at ``hook_name`` (``createContainer``, say)."""
+
     hook_name: str
     path: str
     args: tuple[str, ...] = ()

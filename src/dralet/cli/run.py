@@ -1,30 +1,30 @@
-"""``dralet run``: run a driver on this node (the DaemonSet entrypoint)."""
+"""``dralet run``: run a driver on this node (the DaemonSet entrypoint).
+
+Flag parsing only: the flags become one ``dralet.Settings`` (defaults read from the
+settings dataclasses) and the driver runs through ``dralet.run``.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import logging
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
 from dralet import errors, logs
 from dralet.drivers import example
 from dralet.kube import access
-from dralet.kube.claims import ClaimClient
-from dralet.kube.client import connect
-from dralet.kube.events import NodeEvents
-from dralet.metrics import DriverMetrics
-from dralet.node import directories
-from dralet.node.backend import DeviceBackend
+from dralet.node import directories, factory
+from dralet.node.config import ApiSettings, Settings
 from dralet.node.devices import TaintEffect
-from dralet.node.publisher import PublisherSettings, SlicePublisher
-from dralet.node.runner import BackgroundWork, Driver
-from dralet.node.settings import KUBELET_PLUGINS_DIR, KUBELET_REGISTRY_DIR, DriverSettings
+from dralet.node.driver import run
+from dralet.node.publisher import PublisherSettings
+from dralet.node.settings import KUBELET_PLUGINS_DIR, DriverSettings
 
-__all__ = ["RunOptions", "command", "serve"]
+__all__ = ["command"]
 
 log = logging.getLogger("dralet.run")
 
@@ -36,84 +36,19 @@ _TAINT_EFFECTS: dict[str, TaintEffect | None] = {
 }
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    """Everything ``dralet run`` needs beyond the driver settings."""
-
-    driver: str
-    state_dir: Path
-    gpus: int
-    api: access.ApiAccess | None
-    """None only with ``--standalone``: no claims can be read, nothing is published."""
-    publish: bool
-    publisher: PublisherSettings = field(default_factory=PublisherSettings)
-    prepare_delay: tuple[tuple[str, float], ...] = ()
+def _default(settings: type[Any], name: str) -> Any:
+    """The default of dataclass field ``name``: defined there, never re-typed here."""
+    for item in dataclasses.fields(settings):
+        if item.name == name:
+            if item.default is not dataclasses.MISSING:
+                return item.default
+            if item.default_factory is not dataclasses.MISSING:
+                return item.default_factory()
+    raise KeyError(name)
 
 
-DRIVERS = ("example", "example-strict")
-"""``example-strict``: the example GPUs behind ``dralet.testing.strict.StrictBackend``, which
-records every broken backend promise in ``<state-dir>/strict`` (the crash suite's check)."""
-
-
-def _backend(options: RunOptions, settings: DriverSettings) -> DeviceBackend:
-    if options.driver not in DRIVERS:
-        raise click.BadParameter(
-            f"unknown driver {options.driver!r} (available: {', '.join(DRIVERS)})"
-        )
-    gpus = example.SimulatedGPUs(
-        state_dir=options.state_dir,
-        node_name=settings.node_name,
-        count=options.gpus,
-        prepare_delay=dict(options.prepare_delay),
-    )
-    if options.driver == "example-strict":
-        from dralet.testing.strict import StrictBackend
-
-        return StrictBackend(state_dir=options.state_dir / "strict", inner=gpus)
-    return gpus
-
-
-async def serve(settings: DriverSettings, options: RunOptions) -> None:
-    """Run the driver until SIGTERM."""
-    metrics = DriverMetrics()
-    for note in directories.prepare_directories(settings):  # before the backend's own setup
-        log.warning("%s", note)
-    backend = _backend(options, settings)
-    if options.api is None:
-        log.warning(
-            "standalone: no Kubernetes API, so every NodePrepareResources fails (claims "
-            "cannot be read), no ResourceSlices are published and no finalizers are set"
-        )
-        await Driver(settings, backend, metrics=metrics).run()
-        return
-    log.info("Kubernetes API: %s", options.api.describe())
-    async with await connect(api_access=options.api, metrics=metrics) as client:
-        events = NodeEvents(client, driver=settings.driver_name, node_name=settings.node_name)
-        background: dict[str, BackgroundWork] = {}
-        ready_after: tuple[asyncio.Event, ...] = ()
-        if options.publish:
-            publisher = SlicePublisher(
-                client,
-                backend,
-                driver=settings.driver_name,
-                node_name=settings.node_name,
-                pool=settings.pool_name,
-                settings=options.publisher,
-                metrics=metrics,
-                events=events,
-            )
-            background["resourceslices"] = publisher.run
-            ready_after = (publisher.published,)
-        driver = Driver(
-            settings,
-            backend,
-            claims=ClaimClient(client),
-            metrics=metrics,
-            background=background,
-            events=events,
-            ready_after=ready_after,
-        )
-        await driver.run()
+def _effect_name(effect: TaintEffect | None) -> str:
+    return next(name for name, value in _TAINT_EFFECTS.items() if value == effect)
 
 
 def _gate(item: str) -> tuple[str, bool]:
@@ -123,20 +58,53 @@ def _gate(item: str) -> tuple[str, bool]:
     return gate, value.lower() == "true"
 
 
-def _delay(item: str) -> tuple[str, float]:
-    device, _, seconds = item.partition("=")
-    try:
-        return device, float(seconds)
-    except ValueError:
-        raise click.BadParameter(f"expected DEVICE=SECONDS, got {item!r}") from None
+def _option(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not key or not sep:
+        raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
+    return key, value
+
+
+def _driver_options(
+    driver_options: tuple[str, ...], gpus: int | None, prepare_delay: tuple[str, ...]
+) -> dict[str, str]:
+    options = dict(_option(item) for item in driver_options)
+    if gpus is not None:
+        options["gpus"] = str(gpus)
+    for item in prepare_delay:
+        seconds = item.partition("=")[2]
+        try:
+            float(seconds)
+        except ValueError:
+            raise click.BadParameter(f"expected DEVICE=SECONDS, got {item!r}") from None
+        previous = options.get("prepare-delay")
+        options["prepare-delay"] = f"{previous},{item}" if previous else item
+    return options
 
 
 @click.command("run")
 @click.option(
     "--driver",
+    "driver",
+    envvar="DRALET_DRIVER",
     default="example",
     show_default=True,
-    help="Backend to run: example, or example-strict (checked by the strict test backend).",
+    help="Backend to run: an installed driver (entry point of the dralet.drivers group: "
+    "example, example-strict, ...) or package.module:factory ($DRALET_DRIVER).",
+)
+@click.option(
+    "--driver-config",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="DRALET_DRIVER_CONFIG",
+    default=None,
+    help="The driver's own configuration file, handed to its factory ($DRALET_DRIVER_CONFIG).",
+)
+@click.option(
+    "--driver-option",
+    "driver_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option for the driver's factory (repeatable).",
 )
 @click.option("--driver-name", default=example.DRIVER_NAME, show_default=True)
 @click.option("--node-name", envvar="NODE_NAME", required=True, help="This node ($NODE_NAME).")
@@ -149,11 +117,14 @@ def _delay(item: str) -> tuple[str, float]:
 @click.option(
     "--registry-dir",
     type=click.Path(path_type=Path),
-    default=KUBELET_REGISTRY_DIR,
+    default=_default(DriverSettings, "registry_dir"),
     show_default=True,
 )
 @click.option(
-    "--cdi-dir", type=click.Path(path_type=Path), default=Path("/var/run/cdi"), show_default=True
+    "--cdi-dir",
+    type=click.Path(path_type=Path),
+    default=_default(DriverSettings, "cdi_dir"),
+    show_default=True,
 )
 @click.option(
     "--state-dir",
@@ -161,10 +132,22 @@ def _delay(item: str) -> tuple[str, float]:
     default=None,
     help="Backend state dir [default: <plugin-dir>/backend].",
 )
-@click.option("--gpus", type=int, default=4, show_default=True, help="Simulated GPUs (example).")
+@click.option(
+    "--gpus",
+    type=int,
+    default=None,
+    help="Example driver: simulated GPUs (--driver-option gpus=N).",
+)
+@click.option(
+    "--prepare-delay",
+    "prepare_delay",
+    multiple=True,
+    metavar="DEVICE=SECONDS",
+    help="Example driver: make preparing DEVICE take SECONDS (tests, demos).",
+)
 @click.option(
     "--pod-uid",
-    default="",
+    default=_default(DriverSettings, "pod_uid"),
     help="Per-instance socket names for rolling updates (Kubernetes >= 1.33).",
 )
 @click.option("--api-url", default=None, help="API server URL without auth (test stand-ins).")
@@ -183,7 +166,7 @@ def _delay(item: str) -> tuple[str, float]:
 )
 @click.option(
     "--publish/--no-publish",
-    default=True,
+    default=_default(Settings, "publish"),
     show_default=True,
     help="Publish ResourceSlices for this node's devices.",
 )
@@ -197,34 +180,60 @@ def _delay(item: str) -> tuple[str, float]:
 )
 @click.option(
     "--unhealthy-taint-effect",
-    type=click.Choice(["NoSchedule", "NoExecute", "None", "off"]),
-    default="NoSchedule",
+    type=click.Choice(list(_TAINT_EFFECTS)),
+    default=_effect_name(_default(PublisherSettings, "unhealthy_taint_effect")),
     show_default=True,
     help="Taint put on devices the backend reports unhealthy (clusters serving device taints).",
 )
 @click.option(
-    "--prepare-delay",
-    "prepare_delay",
-    multiple=True,
-    metavar="DEVICE=SECONDS",
-    help="Example driver: make preparing DEVICE take SECONDS (tests, demos).",
+    "--health-port",
+    type=int,
+    default=_default(DriverSettings, "health_port"),
+    help="gRPC health port (liveness, readiness).",
 )
-@click.option("--health-port", type=int, default=None, help="gRPC health port (liveness).")
-@click.option("--metrics-port", type=int, default=None, help="Prometheus metrics port.")
-@click.option("--stale-claim-grace", type=float, default=300.0, show_default=True)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=_default(DriverSettings, "metrics_port"),
+    help="Prometheus metrics port.",
+)
+@click.option(
+    "--stale-claim-grace",
+    type=float,
+    default=_default(DriverSettings, "stale_claim_grace"),
+    show_default=True,
+    help="Seconds a claim must look stale before it is unprepared.",
+)
+@click.option(
+    "--max-parallel-claims",
+    type=click.IntRange(min=1),
+    default=_default(DriverSettings, "max_parallel_claims"),
+    show_default=True,
+    help="Claims prepared or unprepared at the same time.",
+)
+@click.option(
+    "--shutdown-grace",
+    type=float,
+    default=_default(DriverSettings, "shutdown_grace"),
+    show_default=True,
+    help="Seconds in-flight calls get after SIGTERM before they are cancelled.",
+)
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 @click.option("--log-level", default="info", show_default=True)
 def command(
     driver: str,
+    driver_config: Path | None,
+    driver_options: tuple[str, ...],
     driver_name: str,
     node_name: str,
     plugin_dir: Path | None,
     registry_dir: Path,
     cdi_dir: Path,
     state_dir: Path | None,
-    gpus: int,
+    gpus: int | None,
+    prepare_delay: tuple[str, ...],
     pod_uid: str,
     api_url: str | None,
     kubeconfig: Path | None,
@@ -232,65 +241,61 @@ def command(
     in_cluster: bool,
     standalone: bool,
     publish: bool,
+    feature_gates: tuple[str, ...],
+    unhealthy_taint_effect: str,
     health_port: int | None,
     metrics_port: int | None,
     stale_claim_grace: float,
-    prepare_delay: tuple[str, ...],
-    feature_gates: tuple[str, ...],
-    unhealthy_taint_effect: str,
+    max_parallel_claims: int,
+    shutdown_grace: float,
     log_format: str,
     log_level: str,
 ) -> None:
     """Run a DRA driver on this node (the DaemonSet entrypoint)."""
     logs.configure(fmt=log_format, level=log_level)
-    plugin_dir = plugin_dir or KUBELET_PLUGINS_DIR / driver_name
-    state_dir = state_dir or plugin_dir / "backend"
-    settings = DriverSettings(
-        driver_name=driver_name,
-        node_name=node_name,
-        plugin_dir=plugin_dir,
-        registry_dir=registry_dir,
-        cdi_dir=cdi_dir,
-        pod_uid=pod_uid,
-        health_port=health_port,
-        metrics_port=metrics_port,
-        stale_claim_grace=stale_claim_grace,
-        backend_state_dir=state_dir,
-    )
+    paths: dict[str, Any] = {"plugin_dir": plugin_dir, "backend_state_dir": state_dir}
     try:
-        api = access.resolve(
-            url=api_url, kubeconfig=kubeconfig, context=kube_context, in_cluster=in_cluster
+        driver_settings = DriverSettings(
+            driver_name=driver_name,
+            node_name=node_name,
+            registry_dir=registry_dir,
+            cdi_dir=cdi_dir,
+            pod_uid=pod_uid,
+            health_port=health_port,
+            metrics_port=metrics_port,
+            stale_claim_grace=stale_claim_grace,
+            max_parallel_claims=max_parallel_claims,
+            shutdown_grace=shutdown_grace,
+            **{name: value for name, value in paths.items() if value is not None},
         )
-    except access.ApiAccessError as exc:
+    except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    if api is None and not standalone:
-        raise click.UsageError(
-            "no Kubernetes API configured: give --kubeconfig, set $KUBECONFIG, run in a pod, "
-            "or create ~/.kube/config (--standalone runs without one, for socket tests only)"
-        )
-    if api is not None and standalone:
-        raise click.UsageError(f"--standalone conflicts with the API access {api.describe()}")
-    options = RunOptions(
-        driver=driver,
-        state_dir=state_dir,
-        gpus=gpus,
-        api=api,
+    settings = Settings(
+        driver=driver_settings,
+        api=ApiSettings(
+            url=api_url,
+            kubeconfig=kubeconfig,
+            context=kube_context,
+            in_cluster=in_cluster,
+            standalone=standalone,
+        ),
         publish=publish,
-        publisher=PublisherSettings(
+        publishing=PublisherSettings(
             feature_gates=dict(_gate(item) for item in feature_gates),
             unhealthy_taint_effect=_TAINT_EFFECTS[unhealthy_taint_effect],
         ),
-        prepare_delay=tuple(_delay(item) for item in prepare_delay),
     )
+    options = _driver_options(driver_options, gpus, prepare_delay)
     try:
-        asyncio.run(serve(settings, options))
+        config = factory.DriverConfig.read(driver_config, options)
+        run(driver, settings, config=config)
     except KeyboardInterrupt:
         sys.exit(130)
-    except access.ApiAccessError as exc:
+    except (access.ApiAccessError, factory.DriverLoadError) as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
     except errors.PermanentError as exc:
-        # One line naming the directory or socket, no traceback: nothing here is a bug.
+        # One line naming the directory, socket or driver, no traceback: nothing here is a bug.
         log.error("cannot start: %s", exc)  # noqa: TRY400
         unusable_dir = isinstance(exc, directories.DirectoryError)
         sys.exit(directories.EXIT_UNUSABLE_DIRECTORY if unusable_dir else 1)

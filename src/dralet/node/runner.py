@@ -10,10 +10,8 @@ in-flight calls get ``shutdown_grace`` seconds, then everything left is cancelle
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import socket
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
@@ -42,7 +40,7 @@ from dralet.protocol.proto import (
     pluginregistration_v1_pb2,
 )
 
-__all__ = ["Driver"]
+__all__ = ["READINESS_SERVICE", "BackgroundWork", "NodeServer"]
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +94,12 @@ def _service(module: ModuleType, name: str) -> ServiceDescriptor:
     return service_descriptor
 
 
-class Driver:
-    """One running driver: claim engine, gRPC servers, background loops."""
+class NodeServer:
+    """The node side of one driver: claim engine, gRPC servers, background loops.
+
+    ``dralet.Driver`` builds one from its settings and the API pieces; tests that bring
+    their own claim source run one directly.
+    """
 
     def __init__(
         self,
@@ -292,18 +294,3 @@ class Driver:
         await self.ledger.store.close()
         self.stopped.set()
         log.info("driver stopped")
-
-    async def run(self, *, stop: asyncio.Event | None = None) -> None:
-        """Start, serve until SIGTERM/SIGINT (or ``stop`` is set), then stop."""
-        stop_event = stop or asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop_event.set)
-        try:
-            await self.start()
-            await stop_event.wait()
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                with contextlib.suppress(Exception):
-                    loop.remove_signal_handler(sig)
-            await self.stop()

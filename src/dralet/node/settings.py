@@ -15,6 +15,8 @@ KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 
 @dataclass(frozen=True)
 class DriverSettings:
+    """The node side of a driver: names, paths, sockets, ports, timeouts, concurrency."""
+
     driver_name: str
     """The DRA driver name; equals the ``driver`` of the claims' allocation results."""
     node_name: str

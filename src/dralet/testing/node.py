@@ -27,7 +27,7 @@ from dralet.kubelet import (
 )
 from dralet.node.backend import DeviceBackend
 from dralet.node.claims.source import ClaimSource
-from dralet.node.runner import Driver
+from dralet.node.runner import NodeServer
 from dralet.node.settings import DriverSettings
 from dralet.testing.claims import DRIVER, NODE, MemoryClaims
 
@@ -75,7 +75,7 @@ class RunningNode:
     settings: DriverSettings
     backend: DeviceBackend
     claims: ClaimSource
-    driver: Driver
+    driver: NodeServer
     kubelet: KubeletEmulator
     plugin: PluginConnection
     """The registered plugin, called over the DRA service the kubelet picked."""
@@ -101,7 +101,7 @@ async def running_node(
     ``kubelet_version`` registered it, yield it, and stop both (staged shutdown) on exit.
     ``claims`` defaults to an empty ``MemoryClaims``."""
     source = claims if claims is not None else MemoryClaims()
-    driver = Driver(settings, backend, claims=source)
+    driver = NodeServer(settings, backend, claims=source)
     await driver.start()
     kubelet = KubeletEmulator(settings.registry_dir, kubelet_version=kubelet_version)
     try:

@@ -1,0 +1,91 @@
+"""Acme FPGAs through dralet's façade: the factory reads its config, and the driver run
+in-process passes every ``dralet conformance`` case, restarts included."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from acme_fpga import DRIVER_NAME, AcmeFPGAs, factory
+
+import dralet
+from dralet import kube
+from dralet.testing import conformance
+from dralet.testing.apiserver import ApiServer
+from dralet.testing.cluster import ControlPlane
+
+NODE = "node-a"
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """A node root short enough for unix socket paths."""
+    with tempfile.TemporaryDirectory(prefix="acme-") as path:
+        yield Path(path)
+
+
+def settings_on(root: Path, api: dralet.ApiSettings) -> dralet.Settings:
+    return dralet.Settings(
+        dralet.DriverSettings(
+            driver_name=DRIVER_NAME,
+            node_name=NODE,
+            plugin_dir=root / "plugins" / DRIVER_NAME,
+            registry_dir=root / "plugins_registry",
+            cdi_dir=root / "cdi",
+        ),
+        api=api,
+    )
+
+
+def test_factory_reads_the_driver_config(root: Path) -> None:
+    settings = settings_on(root, dralet.ApiSettings(standalone=True))
+    config = dralet.DriverConfig(text="devices: 3\nbitstream: crc32.bit\n")
+    backend = factory(settings, config)
+    assert (backend.count, backend.bitstream) == (3, "crc32.bit")
+    override = dralet.DriverConfig(text="devices: 3\n", options={"devices": "1"})
+    assert factory(settings, override).count == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("devices: 0\n", "devices: expected at least 1"), ("colour: red\n", "unknown setting")],
+)
+def test_factory_refuses_a_bad_config(root: Path, text: str, message: str) -> None:
+    settings = settings_on(root, dralet.ApiSettings(standalone=True))
+    with pytest.raises(ValueError, match=message):
+        factory(settings, dralet.DriverConfig(text=text))
+
+
+async def test_passes_conformance_through_the_facade(root: Path) -> None:
+    async with ApiServer() as api:
+        ControlPlane(api, driver_name=DRIVER_NAME, node_name=NODE).add_node()
+        settings = settings_on(root, dralet.ApiSettings(url=api.url))
+        driver = dralet.Driver(AcmeFPGAs(state_dir=settings.state_dir, count=2), settings)
+
+        async def restart() -> None:
+            nonlocal driver
+            await driver.stop()
+            driver = dralet.Driver(AcmeFPGAs(state_dir=settings.state_dir, count=2), settings)
+            await driver.start()
+
+        suite = conformance.ConformanceSettings(
+            registration_socket=settings.driver.registration_socket,
+            driver_name=DRIVER_NAME,
+            cdi_dir=settings.driver.cdi_dir,
+            node_name=NODE,
+            kubelet_versions=("1.37",),
+            restart=restart,
+            strict=True,
+        )
+        await driver.start()
+        try:
+            async with await kube.connect(url=api.url) as client:
+                claims = conformance.ApiClaimFactory(client, node_name=NODE)
+                result = await conformance.run_suite(suite, claims=claims)
+        finally:
+            await driver.stop()
+    assert result.failed() == [], result.to_json()
+    assert {case.status for case in result.cases} == {"pass"}
+    assert not list(settings.driver.cdi_dir.glob("*.json"))
