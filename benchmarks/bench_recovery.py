@@ -59,7 +59,7 @@ def _spec(uid: str, device: str) -> dict[str, object]:
 
 
 def build_node(
-    root: Path, claims: int, *, legacy: bool = False
+    root: Path, claims: int, *, cdi_root: Path, legacy: bool = False
 ) -> tuple[DriverSettings, SimulatedGPUs]:
     """A node with ``claims`` prepared claims (files written directly, without fsync);
     with ``legacy`` the records are an older release's ``checkpoint.json``."""
@@ -70,11 +70,11 @@ def build_node(
         node_name=NODE,
         plugin_dir=root / "plugin",
         registry_dir=root / "registry",
-        cdi_dir=root / "cdi",
+        cdi_dir=cdi_root / root.name,
         boot_id_path=root / "boot_id",
     )
     settings.plugin_dir.mkdir(parents=True)
-    settings.cdi_dir.mkdir(parents=True)
+    settings.cdi_dir.mkdir(parents=True)  # tmpfs, as /var/run/cdi is on real nodes
     specs = cdi_store.SpecStore(settings.cdi_dir, settings.cdi_kind)
     records: dict[str, ClaimRecord] = {}
     in_use: dict[str, str] = {}
@@ -145,11 +145,20 @@ def main() -> None:
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
     parser.add_argument("--repeat", type=int, default=3, help="runs per size; the best counts")
     parser.add_argument("--profile", type=int, default=0, help="profile recovery of N claims")
+    parser.add_argument("--reboot", action="store_true", help="profile it after a reboot")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    with tempfile.TemporaryDirectory(prefix="dralet-bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="dralet-bench-") as tmp,
+        tempfile.TemporaryDirectory(prefix="dralet-bench-cdi-", dir="/dev/shm") as cdi_tmp,
+    ):
+        cdi = Path(cdi_tmp)
         if args.profile:
-            settings, backend = build_node(Path(tmp) / "profile", args.profile)
+            settings, backend = build_node(Path(tmp) / "profile", args.profile, cdi_root=cdi)
+            if args.reboot:
+                settings.boot_id_path.write_text("boot-2\n")
+                for spec in settings.cdi_dir.iterdir():
+                    spec.unlink()
             profiler = cProfile.Profile()
             profiler.enable()
             asyncio.run(time_recovery(settings, backend))
@@ -161,17 +170,19 @@ def main() -> None:
             f"  {'reboot':>10}  {'stale pass':>10}  {'upgrade':>10}"
         )
         for size in sizes:
-            settings, backend = build_node(Path(tmp) / str(size), size)
+            settings, backend = build_node(Path(tmp) / str(size), size, cdi_root=cdi)
             runs = [asyncio.run(time_recovery(settings, backend)) for _ in range(args.repeat)]
             best = min(seconds for seconds, _ in runs)
             repairs = max(actions for _, actions in runs)
             stale = asyncio.run(time_stale_pass(settings, backend))
-            settings, backend = build_node(Path(tmp) / f"{size}-reboot", size)
+            settings, backend = build_node(Path(tmp) / f"{size}-reboot", size, cdi_root=cdi)
             settings.boot_id_path.write_text("boot-2\n")
             for spec in settings.cdi_dir.iterdir():
                 spec.unlink()
             reboot, _ = asyncio.run(time_recovery(settings, backend))
-            settings, backend = build_node(Path(tmp) / f"{size}-upgrade", size, legacy=True)
+            settings, backend = build_node(
+                Path(tmp) / f"{size}-upgrade", size, cdi_root=cdi, legacy=True
+            )
             upgrade, _ = asyncio.run(time_recovery(settings, backend))
             print(
                 f"{size:>8}  {best * 1000:>12.1f} ms  {best / size * 1e6:>7.1f} us  {repairs:>7}"
