@@ -12,12 +12,10 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.process import DriverPaths, DriverProcess
 
-from dralet import kube
-from dralet.testing import conformance
+from dralet import conformance, kube
+from dralet.apiserver import ApiServer
+from dralet.cluster import ControlPlane, DriverPaths, DriverProcess
 
 pytestmark = pytest.mark.e2e
 

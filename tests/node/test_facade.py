@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
-from dralet.testing.kubelet import KubeletEmulator
 
 import dralet
+from dralet.apiserver import ApiServer
+from dralet.cluster import ControlPlane
 from dralet.drivers.example import SimulatedGPUs
 from dralet.kube import access
-from tests.claimfakes import DRIVER, NODE, MemoryClaims, allocated_claim
+from dralet.kubelet import KubeletEmulator
+from dralet.testing.claims import DRIVER, NODE, MemoryClaims, allocated_claim
 from tests.node.conftest import make_settings
 from tests.node.test_prepare import kclaim
 

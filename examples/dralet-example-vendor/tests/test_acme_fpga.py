@@ -11,10 +11,9 @@ import pytest
 from acme_fpga import DRIVER_NAME, AcmeFPGAs, factory
 
 import dralet
-from dralet import kube
-from dralet.testing import conformance
-from dralet.testing.apiserver import ApiServer
-from dralet.testing.cluster import ControlPlane
+from dralet import conformance, kube
+from dralet.apiserver import ApiServer
+from dralet.cluster import ControlPlane
 
 NODE = "node-a"
 
