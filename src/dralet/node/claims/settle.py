@@ -75,6 +75,10 @@ async def recover(engine: ClaimEngine, *, retry_later: bool = True) -> RecoveryR
     engine.pending_recovery.discard("checkpoint")
     snapshot = await take_snapshot(engine.settings, backend=engine.backend, records=records)
     findings = plan.steps_of(plan.plan_node(snapshot), by=frozenset({plan.BY_START}))
+    # Revalidating a claim after a reboot rewrites its spec: its missing-spec step is
+    # that same write, and is not taken twice.
+    revalidating = {f.subject for f in findings if f.action == plan.Action.REVALIDATE}
+    findings = [f for f in findings if not (f.kind == "missing-spec" and f.subject in revalidating)]
     await _execute(engine, findings, report)
     for action, _ in report.actions:
         engine.metrics.recovery_actions.labels(action).inc()
