@@ -8,6 +8,7 @@ planner decides on them like on anything else it observes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -120,7 +121,7 @@ async def take_snapshot(
         cdi_kind=settings.cdi_kind,
         checkpoint=checkpoint,
         checkpoint_error=checkpoint_error,
-        specs=_read_specs(store),
+        specs=await asyncio.to_thread(_read_specs, store),
         in_use=dict(await backend.devices_in_use()) if backend is not None else None,
         claims=list(await claims.list_claims()) if claims is not None else None,
         boot_id=read_boot_id(settings),

@@ -168,6 +168,8 @@ def _spec_problem(
 ) -> str | None:
     if isinstance(document, str):
         return f"CDI spec for claim {uid} is {document}"
+    if record is not None and record.cdi_spec is not None and document == record.cdi_spec:
+        return None  # exactly the spec the engine built, checked and recorded
     try:
         parsed = cdi_spec.from_json(document)
     except (cdi_spec.CDISpecError, cdi_names.CDINameError) as exc:
