@@ -141,8 +141,13 @@ def _create_temp(dir_fd: int, directory: Path, name: str, mode: int) -> tuple[in
     )
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, failpoint: str = "") -> None:
+def atomic_write(
+    path: Path, data: bytes, *, mode: int = 0o600, failpoint: str = "", sync_dir: bool = True
+) -> None:
     """Replace ``path`` with ``data`` atomically and durably.
+
+    ``sync_dir=False`` leaves the directory's fsync (which makes the rename durable) to
+    the caller, who may then make several renames durable with one ``fsync_dir``.
 
     The temp file starts with a dot and ends in ``.tmp``: CDI runtimes load only
     ``.json``/``.yaml`` files and the kubelet ignores dot files, so a half-written temp
@@ -183,10 +188,11 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, failpoint: str =
             raise
         if failpoint:
             failpoints.hit(f"{failpoint}.after-rename")
-        os.fsync(dir_fd)
+        if sync_dir:
+            os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-    if failpoint:
+    if failpoint and sync_dir:
         failpoints.hit(f"{failpoint}.after-dir-fsync")
 
 
@@ -249,7 +255,7 @@ def read_file(path: Path, *, max_size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def remove_file(path: Path, *, failpoint: str = "") -> bool:
+def remove_file(path: Path, *, failpoint: str = "", sync_dir: bool = True) -> bool:
     """Unlink ``path`` durably; a missing file is success. Returns True if it existed.
 
     ``unlink`` never follows a symlink: at worst a planted link itself is removed. A
@@ -265,7 +271,8 @@ def remove_file(path: Path, *, failpoint: str = "") -> bool:
         return False
     if failpoint:
         failpoints.hit(f"{failpoint}.after-unlink")
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
     return True
 
 

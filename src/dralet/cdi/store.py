@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,16 +64,48 @@ class SpecStore:
 
     def write(self, claim_uid: str, document: dict[str, Any]) -> Path:
         """Write a claim's spec document atomically; it is parsed back first, strictly."""
+        return self._write(claim_uid, document, sync_dir=True)
+
+    def _write(self, claim_uid: str, document: dict[str, Any], *, sync_dir: bool) -> Path:
         spec.from_json(document)
         self.ensure_dir()
         path = self.path_for(claim_uid)
         data = json.dumps(document, indent=2, sort_keys=True).encode() + b"\n"
-        fsutil.atomic_write(path, data, mode=0o644, failpoint=FAILPOINT_WRITE)
+        fsutil.atomic_write(path, data, mode=0o644, failpoint=FAILPOINT_WRITE, sync_dir=sync_dir)
         return path
 
     def remove(self, claim_uid: str) -> bool:
         """Unlink a claim's spec; True if it existed. A missing file is success."""
         return fsutil.remove_file(self.path_for(claim_uid), failpoint=FAILPOINT_REMOVE)
+
+    def apply(
+        self, changes: Sequence[tuple[str, dict[str, Any] | None]]
+    ) -> list[Path | bool | BaseException]:
+        """Write (a document) or remove (None) several claims' specs, then make all of
+        them durable with ONE fsync of the directory. A result per change: the written
+        path, whether a removed file existed, or the error of that change alone. A failed
+        directory fsync is every change's error: none of them is known durable."""
+        results: list[Path | bool | BaseException] = []
+        for uid, document in changes:
+            try:
+                if document is None:
+                    path = self.path_for(uid)
+                    results.append(
+                        fsutil.remove_file(path, failpoint=FAILPOINT_REMOVE, sync_dir=False)
+                    )
+                else:
+                    results.append(self._write(uid, document, sync_dir=False))
+            except Exception as exc:  # noqa: BLE001 - this change's own error
+                results.append(exc)
+        # Only a rename or an unlink needs the directory made durable.
+        if any(r is True or isinstance(r, Path) for r in results):
+            try:
+                fsutil.fsync_dir(self.cdi_dir)
+            except OSError as exc:
+                return [exc] * len(results)
+            if any(d is not None for _, d in changes):
+                failpoints.hit(f"{FAILPOINT_WRITE}.after-dir-fsync")
+        return results
 
     def exists(self, claim_uid: str) -> bool:
         """Whether a regular spec file is there (a symlink or FIFO of that name is not)."""

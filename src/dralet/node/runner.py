@@ -291,6 +291,6 @@ class NodeServer:
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()
         await self._tasks.cancel_all()
-        await self.ledger.store.close()
+        await self.ledger.close()
         self.stopped.set()
         log.info("driver stopped")

@@ -294,7 +294,7 @@ class ClaimEngine:
         action name ('' when there was nothing left to do)."""
         record = view.record
         if action is plan.Action.REMOVE_ORPHAN_SPEC:
-            if record is None and await asyncio.to_thread(self.specs.remove, view.uid):
+            if record is None and await self.steps.spec_io.remove(view.uid):
                 self.metrics.recovery_actions.labels("orphan-spec-removed").inc()
                 return "orphan-spec-removed"
             return ""
@@ -313,6 +313,11 @@ class ClaimEngine:
             raise ValueError(f"{action} is not a per-claim step")
         await self.steps.teardown(record, reason=reason)
         return names[action]
+
+    async def close(self) -> None:
+        """Finish the spec and record writes already handed off; close the store."""
+        await asyncio.to_thread(self.steps.spec_io.stop)
+        await self.store.close()
 
     # ------------------------------------------------------------------ node-wide work
 

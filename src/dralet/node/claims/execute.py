@@ -28,6 +28,7 @@ from dralet.metrics import DriverMetrics
 from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID
 from dralet.node.claims import source
 from dralet.node.claims.calls import Calls, allocated
+from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.store import RecordStore, now_stamp
 from dralet.node.settings import DriverSettings
 
@@ -79,6 +80,7 @@ class Steps:
         self.settings = settings
         self.store = store
         self.specs = specs
+        self.spec_io = SpecWriter(specs)
         self.calls = calls
         self.metrics = metrics
 
@@ -116,7 +118,7 @@ class Steps:
                 edits.append(result.edits)
             failpoints.hit(FP_AFTER_BACKEND_PREPARE)
             document = self._build_spec(ref, record.devices, edits)
-            await asyncio.to_thread(self.specs.write, ref.uid, document)
+            await self.spec_io.write(ref.uid, document)
             failpoints.hit(FP_AFTER_SPEC)
             completed = await self.store.put(
                 record.with_state(ClaimState.PREPARE_COMPLETED, cdi_spec=document)
@@ -229,7 +231,7 @@ class Steps:
         which clears /var/run/cdi (logged at info then, not as a warning)."""
         if record.cdi_spec is None or self.specs.exists(record.uid):
             return False
-        await asyncio.to_thread(self.specs.write, record.uid, dict(record.cdi_spec))
+        await self.spec_io.write(record.uid, dict(record.cdi_spec))
         log.log(
             logging.INFO if expected else logging.WARNING,
             "CDI spec was missing; rewrote it from the claim's record",
@@ -269,7 +271,7 @@ class Steps:
             failpoints.hit(FP_AFTER_UNPREPARE_STARTED)
         if record.state == ClaimState.UNPREPARE_STARTED:
             # The spec goes first: no container may start with a device being released.
-            await asyncio.to_thread(self.specs.remove, record.uid)
+            await self.spec_io.remove(record.uid)
             for device in record.devices:
                 await self._release(ref, record, device, ask_backend=not in_process)
             failpoints.hit(FP_AFTER_RELEASE)
@@ -332,7 +334,7 @@ class Steps:
         claim, so its finalizer goes too once nothing is held any more; otherwise the
         ResourceClaim could never be deleted.
         """
-        await asyncio.to_thread(self.specs.remove, ref.uid)
+        await self.spec_io.remove(ref.uid)
         in_use = await self.calls.backend.devices_in_use()
         held = sorted(device for device, holder in in_use.items() if holder == ref.uid)
         records = {d.device: d for d in await self._allocation_if_known(ref)}

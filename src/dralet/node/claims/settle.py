@@ -157,7 +157,7 @@ async def _run_finding(
     async with engine.store.claim_lock(finding.subject):
         if finding.kind == "invalid-spec" and action is plan.Action.REWRITE_SPEC:
             # Unlinked (as unprepare unlinks specs), then rewritten from the record.
-            await asyncio.to_thread(engine.specs.remove, finding.subject)
+            await engine.steps.spec_io.remove(finding.subject)
         view = engine.observe(finding.subject)
         # Planned again under the lock: the finding may be out of date by now.
         if action is plan.Action.UNPREPARE_STALE:

@@ -14,17 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import queue
-import threading
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from dralet import errors, fsutil
+from dralet import fsutil
 from dralet.checkpoint import database
 from dralet.checkpoint.database import Drop, Intent, Op, Put, Snapshot
 from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.metrics import DriverMetrics
+from dralet.node.batches import BatchThread
 from dralet.node.settings import DriverSettings
 
 __all__ = ["RecordStore", "now_stamp"]
@@ -45,91 +44,6 @@ def now_stamp() -> str:
     return _stamp[1]
 
 
-@dataclass
-class _Pending:
-    ops: Sequence[Op]
-    future: asyncio.Future[list[BaseException | None]]
-    loop: asyncio.AbstractEventLoop
-
-
-class _Writer:
-    """The one thread that writes: takes every pending write, commits them together."""
-
-    def __init__(self, db: database.RecordDatabase, metrics: DriverMetrics) -> None:
-        self.db = db
-        self.metrics = metrics
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
-        self._stopped = False
-
-    def submit(self, pending: _Pending) -> None:
-        with self._start_lock:
-            if self._stopped:
-                raise errors.TemporaryError("the claim store is closed (driver stopping)")
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="dralet-claim-store", daemon=True
-                )
-                self._thread.start()
-        self._queue.put(pending)
-
-    def stop(self) -> None:
-        with self._start_lock:
-            self._stopped = True
-            if self._thread is not None and self._thread.is_alive():
-                self._queue.put(None)
-                self._thread.join()
-            self._thread = None
-
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            ops = len(first.ops)
-            while ops < MAX_BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._queue.put(None)  # stop after this batch
-                    break
-                batch.append(item)
-                ops += len(item.ops)
-            self._commit(batch)
-
-    def _commit(self, batch: list[_Pending]) -> None:
-        all_ops = [op for p in batch for op in p.ops]
-        started = time.perf_counter()
-        try:
-            results = self.db.apply(all_ops)
-        except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
-            for p in batch:
-                _resolve(p, exc)
-            return
-        self.metrics.store_commits.inc()
-        self.metrics.store_commit_seconds.observe(time.perf_counter() - started)
-        for p in batch:
-            mine, results = results[: len(p.ops)], results[len(p.ops) :]
-            _resolve(p, mine)
-
-
-def _resolve(p: _Pending, outcome: list[BaseException | None] | BaseException) -> None:
-    def settle() -> None:
-        if p.future.done():
-            return
-        if isinstance(outcome, BaseException):
-            p.future.set_exception(outcome)
-        else:
-            p.future.set_result(outcome)
-
-    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-        p.loop.call_soon_threadsafe(settle)
-
-
 class RecordStore:
     def __init__(self, settings: DriverSettings, *, boot_id: str, metrics: DriverMetrics) -> None:
         self.settings = settings
@@ -138,7 +52,7 @@ class RecordStore:
         self.db = database.RecordDatabase(
             settings.store_path, legacy=settings.checkpoint_path, driver=settings.driver_name
         )
-        self._writer = _Writer(self.db, metrics)
+        self._writer = self._new_writer()
         self._kept: dict[str, str] = {}
         """Unusable file → the copy ``keep_aside`` linked for it."""
         self._claim_locks: dict[str, asyncio.Lock] = {}
@@ -165,12 +79,26 @@ class RecordStore:
 
     # ------------------------------------------------------------------ writing
 
+    def _new_writer(self) -> BatchThread[Sequence[Op], list[BaseException | None]]:
+        return BatchThread("dralet-claim-store", self._commit, max_batch=MAX_BATCH, size=len)
+
+    def _commit(
+        self, batch: Sequence[Sequence[Op]]
+    ) -> list[list[BaseException | None] | BaseException]:
+        """The writer thread's work: every waiting write in ONE transaction."""
+        started = time.perf_counter()
+        results = self.db.apply([op for ops in batch for op in ops])
+        self.metrics.store_commits.inc()
+        self.metrics.store_commit_seconds.observe(time.perf_counter() - started)
+        split: list[list[BaseException | None] | BaseException] = []
+        for ops in batch:
+            split.append(results[: len(ops)])
+            results = results[len(ops) :]
+        return split
+
     async def commit(self, ops: Sequence[Op]) -> list[BaseException | None]:
         """Make ``ops`` durable together with whatever else is waiting; a result per op."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[BaseException | None]] = loop.create_future()
-        self._writer.submit(_Pending(ops, future, loop))
-        return await future
+        return await self._writer.submit(ops)
 
     async def _one(self, op: Op) -> None:
         (result,) = await self.commit([op])
@@ -249,7 +177,7 @@ class RecordStore:
         self.db = database.RecordDatabase(
             self.settings.store_path, driver=self.settings.driver_name
         )
-        self._writer = _Writer(self.db, self.metrics)
+        self._writer = self._new_writer()
         self.db.open()
 
     # ------------------------------------------------------------------ claim locks

@@ -1,0 +1,112 @@
+"""One thread that runs queued work in batches: the group-commit pattern, in one place.
+
+Callers on the event loop ``await submit(item)``; the thread takes every item waiting
+when it gets to them (up to ``max_batch``) and hands the list to ``run``, which returns
+one result per item: a value, or the exception that item failed with. An exception out
+of ``run`` itself fails every item of the batch. Blocking work (fsync, rename, unlink)
+therefore never runs on the event loop, and work that arrives together shares one
+durable sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from dralet import errors
+
+__all__ = ["BatchThread"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class _Pending(Generic[T, R]):
+    item: T
+    future: asyncio.Future[R]
+    loop: asyncio.AbstractEventLoop
+
+
+class BatchThread(Generic[T, R]):
+    def __init__(
+        self,
+        name: str,
+        run: Callable[[Sequence[T]], Sequence[R | BaseException]],
+        *,
+        max_batch: int = 4096,
+        size: Callable[[T], int] = lambda _: 1,
+    ) -> None:
+        self.name = name
+        self._run = run
+        self._max_batch = max_batch
+        self._size = size
+        self._queue: queue.SimpleQueue[_Pending[T, R] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    async def submit(self, item: T) -> R:
+        """``item``'s result once its batch ran; raises the exception it failed with."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        with self._lock:
+            if self._stopped:
+                raise errors.TemporaryError(f"{self.name} is closed (driver stopping)")
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self._thread.start()
+            self._queue.put(_Pending(item, future, loop))
+        return await future
+
+    def stop(self) -> None:
+        """Run what was already submitted, then end the thread (blocks until it has)."""
+        with self._lock:
+            self._stopped = True
+            thread, self._thread = self._thread, None
+            if thread is not None and thread.is_alive():
+                self._queue.put(None)
+        if thread is not None:
+            thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            size = self._size(first.item)
+            while size < self._max_batch:
+                try:
+                    pending = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if pending is None:
+                    self._queue.put(None)  # end after this batch
+                    break
+                batch.append(pending)
+                size += self._size(pending.item)
+            try:
+                results: Sequence[R | BaseException] = self._run([p.item for p in batch])
+            except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
+                results = [exc] * len(batch)
+            for pending, result in zip(batch, results, strict=True):
+                _resolve(pending, result)
+
+
+def _resolve(pending: _Pending[T, R], result: R | BaseException) -> None:
+    def settle() -> None:
+        if pending.future.done():
+            return
+        if isinstance(result, BaseException):
+            pending.future.set_exception(result)
+        else:
+            pending.future.set_result(result)
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+        pending.loop.call_soon_threadsafe(settle)

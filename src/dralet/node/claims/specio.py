@@ -1,0 +1,35 @@
+"""CDI spec writes and removals off the event loop, made durable in groups.
+
+The specs of claims that reach the step together are written (temp file, fsync,
+rename) one after the other by one thread, and their directory is fsynced once for
+all of them (``SpecStore.apply``): the same group-commit shape as the claim records.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dralet.cdi.store import SpecStore
+from dralet.node.batches import BatchThread
+
+__all__ = ["SpecWriter"]
+
+
+class SpecWriter:
+    def __init__(self, specs: SpecStore) -> None:
+        self.specs = specs
+        self._thread: BatchThread[tuple[str, dict[str, Any] | None], Path | bool] = BatchThread(
+            "dralet-cdi-specs", specs.apply
+        )
+
+    async def write(self, claim_uid: str, document: dict[str, Any]) -> None:
+        """The claim's spec, durable once this returns."""
+        await self._thread.submit((claim_uid, document))
+
+    async def remove(self, claim_uid: str) -> bool:
+        """The claim's spec gone for good once this returns; whether it was there."""
+        return bool(await self._thread.submit((claim_uid, None)))
+
+    def stop(self) -> None:
+        self._thread.stop()
