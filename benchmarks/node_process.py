@@ -18,55 +18,32 @@ import argparse
 import asyncio
 import signal
 import uuid
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import dralet
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node.backend import DeviceBackend
 from dralet.node.settings import DriverSettings
+from dralet.testing import MemoryDevices
 from dralet.testing.claims import DRIVER, NODE, MemoryClaims, allocated_claim
 
 
-class MemoryGPUs:
-    """Devices whose preparation costs nothing: the floor under the framework's own work."""
+class CountingDevices(MemoryDevices):
+    """``MemoryDevices`` that also write each refusal to a file the benchmark reads."""
 
     def __init__(self, count: int, violations: Path) -> None:
-        self.count = count
-        self.held: dict[str, str] = {}
+        super().__init__(count)
         self.violations = violations
-
-    async def devices(self) -> Sequence[dralet.Device]:
-        return [dralet.Device(name=f"gpu-{i}") for i in range(self.count)]
 
     async def prepare(
         self, claim: dralet.ClaimRef, device: dralet.AllocatedDevice
     ) -> dralet.PreparedDevice:
-        holder = self.held.setdefault(device.device, claim.uid)
-        if holder != claim.uid and not device.admin_access:
+        try:
+            return await super().prepare(claim, device)
+        except dralet.ClaimError:
             with self.violations.open("a") as out:
-                out.write(f"{device.device} held by {holder}, asked for {claim.uid}\n")
-            raise dralet.ClaimError(claim.uid, f"{device.device} is held by {holder}")
-        edits = dralet.ContainerEdits(env=(f"GPU={device.device}",))
-        return dralet.PreparedDevice(edits=edits, state={"device": device.device})
-
-    async def release(
-        self, claim: dralet.ClaimRef, device: dralet.AllocatedDevice, state: Mapping[str, Any]
-    ) -> None:
-        if self.held.get(device.device) == claim.uid:
-            del self.held[device.device]
-
-    async def devices_in_use(self) -> Mapping[str, str]:
-        return dict(self.held)
-
-    async def survives_reboot(
-        self, device: dralet.AllocatedDevice, state: Mapping[str, Any]
-    ) -> bool:
-        return True
-
-    async def health(self) -> Mapping[str, dralet.DeviceHealth]:
-        return {}
+                out.write(self.refused[-1] + "\n")
+            raise
 
 
 def claim_uid(index: int) -> str:
@@ -95,7 +72,7 @@ async def serve(args: argparse.Namespace) -> None:
     backend: DeviceBackend = (
         SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=args.devices)
         if args.backend == "example"
-        else MemoryGPUs(args.devices, root / "violations")
+        else CountingDevices(args.devices, root / "violations")
     )
     settings_all = dralet.Settings(
         driver=settings, api=dralet.ApiSettings(standalone=True), publish=False

@@ -269,8 +269,9 @@ class RecordDatabase:
         if done is not None:
             return
         old = CheckpointStore(self.legacy).load()  # raises CheckpointCorruptError
-        for record in old.claims.values():
-            self._write(conn, Put(record))
+        records = list(old.claims.values())
+        self._free(conn, [Put(r) for r in records if not r.holds_devices])
+        self._store(conn, [r for r in records if r.holds_devices])
         conn.execute(
             "INSERT OR REPLACE INTO meta VALUES ('boot_id', ?), ('migrated', ?)",
             (old.boot_id, str(len(old.claims))),
@@ -351,14 +352,33 @@ class RecordDatabase:
         An op that cannot be applied (a device already held, an expectation not met) gets
         its error and changes nothing, without holding back the others. A failure of the
         transaction itself (disk full, I/O error) is raised for all of them.
+
+        Ops are applied by kind, each kind with one statement for all of its rows:
+        first every record that lets its devices go (dropped, or released), then every
+        record that keeps holding them, then the intents, checked against the holds
+        left after both. The engine sends a claim's ops one at a time, so a batch never
+        holds two of one claim; a device in the batch is released in hardware before its
+        release is recorded, so an intent granted on it here is granted safely.
         """
+        results: list[BaseException | None] = [None] * len(ops)
+        freeing: list[tuple[int, Drop | Put]] = []
+        keeping: list[Put] = []
+        checked: list[tuple[int, Intent | Put]] = []
+        for index, op in enumerate(ops):
+            if isinstance(op, Intent) or (isinstance(op, Put) and op.expect is not None):
+                checked.append((index, op))
+            elif isinstance(op, Drop) or not op.record.holds_devices:
+                freeing.append((index, op))
+            else:
+                keeping.append(op)
         conn = self._connect()
-        results: list[BaseException | None] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for op in ops:
-                    results.append(self._apply_one(conn, op))
+                self._free(conn, [op for _, op in freeing])
+                self._store(conn, [op.record for op in keeping])
+                for index, op in checked:
+                    results[index] = self._checked(conn, op)
                 failpoints.hit(FP_COMMIT_BEFORE)
                 conn.execute("COMMIT")
             except BaseException:
@@ -370,59 +390,58 @@ class RecordDatabase:
         failpoints.hit(FP_COMMIT_AFTER)
         return results
 
-    def _apply_one(self, conn: sqlite3.Connection, op: Op) -> BaseException | None:
-        """One op; one that may be refused runs in a savepoint, so a refusal undoes it."""
-        if not isinstance(op, Intent) and not (isinstance(op, Put) and op.expect is not None):
-            self._write(conn, op)
-            return None
-        conn.execute("SAVEPOINT op")
-        try:
-            self._write(conn, op)
-        except errors.DraletError as exc:
-            conn.execute("ROLLBACK TO op")
-            return exc
-        finally:
-            conn.execute("RELEASE op")
-        return None
-
-    def _write(self, conn: sqlite3.Connection, op: Op) -> None:
-        if isinstance(op, Drop):
-            conn.execute("DELETE FROM claims WHERE uid = ?", (op.uid,))
-            conn.execute("DELETE FROM holds WHERE uid = ?", (op.uid,))
+    @staticmethod
+    def _free(conn: sqlite3.Connection, ops: Sequence[Drop | Put]) -> None:
+        """Drops and records that hold nothing: their rows change, their holds go."""
+        if not ops:
             return
+        uids = [(op.uid if isinstance(op, Drop) else op.record.uid,) for op in ops]
+        conn.executemany("DELETE FROM holds WHERE uid = ?", uids)
+        conn.executemany(
+            "DELETE FROM claims WHERE uid = ?", [(op.uid,) for op in ops if isinstance(op, Drop)]
+        )
+        conn.executemany(
+            "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)",
+            [_row(op.record) for op in ops if isinstance(op, Put)],
+        )
+
+    @staticmethod
+    def _store(conn: sqlite3.Connection, records: Sequence[ClaimRecord]) -> None:
+        """Records that hold their devices: rows and holds (re-stated: a claim's devices
+        never change after its intent, and a record stored by hand gets its holds)."""
+        if not records:
+            return
+        conn.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)", map(_row, records))
+        conn.executemany(
+            "INSERT OR REPLACE INTO holds VALUES (?, ?, ?, ?)",
+            [(*key, r.uid) for r in records for key in _holds(r)],
+        )
+
+    def _checked(self, conn: sqlite3.Connection, op: Intent | Put) -> BaseException | None:
+        """An intent (its devices must be free) or a put that expects the stored record."""
         record = op.record
-        if isinstance(op, Put) and op.expect is not None:
+        if isinstance(op, Put):
             rows = conn.execute(
                 "SELECT data, checksum FROM claims WHERE uid = ?", (record.uid,)
             ).fetchall()
-            current = _decoded_or_none(record.uid, rows)
-            if current != op.expect:
-                raise errors.ClaimError(record.uid, "record changed meanwhile; left as it is")
-        if isinstance(op, Intent):
-            for pool, device, share_id in _holds(record):
-                row = conn.execute(
-                    "SELECT uid FROM holds WHERE pool = ? AND device = ? AND share_id = ?",
-                    (pool, device, share_id),
-                ).fetchone()
-                if row is not None and row[0] != record.uid:
-                    raise errors.DeviceBusyError(
-                        record.uid, device=f"{pool}/{device}", holder_uid=str(row[0])
-                    )
-        data, checksum = encode_row(record)
-        conn.execute(
-            "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)",
-            (record.uid, record.state.value, data, checksum),
-        )
-        # A claim's devices never change after its intent: a record that still holds
-        # them keeps its rows (re-stated, for records stored by hand), one that does not
-        # lets them go.
-        if record.holds_devices:
-            conn.executemany(
-                "INSERT OR REPLACE INTO holds VALUES (?, ?, ?, ?)",
-                [(*key, record.uid) for key in _holds(record)],
-            )
-        else:
-            conn.execute("DELETE FROM holds WHERE uid = ?", (record.uid,))
+            if _decoded_or_none(record.uid, rows) != op.expect:
+                return errors.ClaimError(record.uid, "record changed meanwhile; left as it is")
+            if record.holds_devices:
+                self._store(conn, [record])
+            else:
+                self._free(conn, [op])
+            return None
+        for pool, device, share_id in _holds(record):
+            row = conn.execute(
+                "SELECT uid FROM holds WHERE pool = ? AND device = ? AND share_id = ?",
+                (pool, device, share_id),
+            ).fetchone()
+            if row is not None and row[0] != record.uid:
+                return errors.DeviceBusyError(
+                    record.uid, device=f"{pool}/{device}", holder_uid=str(row[0])
+                )
+        self._store(conn, [record])
+        return None
 
     # ------------------------------------------------------------------ unusable store
 
@@ -437,6 +456,11 @@ class RecordDatabase:
     def files(self) -> Iterable[Path]:
         """The store's files as they are on disk now."""
         return [Path(f"{self.path}{s}") for s in ("", *_COMPANIONS)]
+
+
+def _row(record: ClaimRecord) -> tuple[str, str, str, str]:
+    data, checksum = encode_row(record)
+    return record.uid, record.state.value, data, checksum
 
 
 def _decoded_or_none(uid: str, rows: list[tuple[object, ...]]) -> ClaimRecord | None:

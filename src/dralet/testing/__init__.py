@@ -4,6 +4,8 @@
   not get back what ``prepare`` returned, alone or around the author's backend.
 - ``MemoryClaims`` and ``allocated_claim`` (``claims``): ResourceClaims in memory, as
   the scheduler leaves them, behind the ``ClaimSource`` a driver reads.
+- ``MemoryDevices`` (``memory``): a backend whose devices cost nothing, for tests of
+  what sits around a backend.
 - ``running_node`` and ``node_settings`` (``node``): the author's backend run as a real
   driver in the test's event loop, called by a kubelet emulator over its sockets.
 
@@ -12,11 +14,13 @@ The kubelet emulator (``dralet.kubelet``), the API stand-in (``dralet.apiserver`
 """
 
 from dralet.testing.claims import MemoryClaims, allocated_claim
+from dralet.testing.memory import MemoryDevices
 from dralet.testing.node import RunningNode, kubelet_claim, node_settings, running_node
 from dralet.testing.strict import StrictBackend
 
 __all__ = [
     "MemoryClaims",
+    "MemoryDevices",
     "RunningNode",
     "StrictBackend",
     "allocated_claim",
