@@ -260,6 +260,7 @@ async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]
             cdi_dir=cdi_tmpfs,
         ) as main:
             rpc = await rpc_floor(main.plugin)
+            await cycles(main.plugin, singles[: len(singles) // 4])  # warm-up, not measured
             empty = await cycles(main.plugin, singles)
             one_claim = []
             for ref in singles[: args.cycles // 2]:
