@@ -16,6 +16,7 @@ from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.cli import audit as audit_cli
 from dralet.cluster import ControlPlane
 from dralet.drivers.example import SimulatedGPUs
+from dralet.kube import access
 from dralet.kubelet import KubeletClaim
 from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import ClaimEngine
@@ -69,9 +70,7 @@ class AuditedNode:
         return await audit_cli.run_audit(
             self.settings,
             backend_state=self.state_dir if backend else None,
-            api=audit_cli.ApiOptions(
-                url=self.api.url if api else None, kubeconfig=None, in_cluster=False
-            ),
+            api=access.resolve(url=self.api.url) if api else None,
             fix=fix,
         )
 

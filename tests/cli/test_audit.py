@@ -108,7 +108,7 @@ def test_a_clean_node_exits_0_and_says_what_was_not_inspected(node: Node) -> Non
     assert "No inconsistencies found." in out
     assert "not inspected: --backend-state DIR reads the example driver's state" in out
     assert "other drivers' devices cannot be inspected" in out
-    assert "not consulted: pass --kubeconfig, --api-url or --in-cluster" in out
+    assert "not consulted: no API access (--kubeconfig, $KUBECONFIG" in out
 
 
 def test_dry_run_reports_and_changes_nothing_then_fix_repairs(node: Node) -> None:

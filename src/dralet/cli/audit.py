@@ -30,19 +30,22 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
 from dralet import errors, logs
 from dralet.cdi import names as cdi_names
+from dralet.cli import exits, options
 from dralet.drivers import example
+from dralet.kube import access
 from dralet.node import audit
 from dralet.node.claims import ClaimEngine, RecoveryReport
 from dralet.node.settings import KUBELET_PLUGINS_DIR, DriverSettings
 
 __all__ = ["ApiClaims", "AuditResult", "command", "render_table", "wrap_prose"]
 
-EXIT_CONSISTENT = 0
-EXIT_INCONSISTENT = 1
-EXIT_ERROR = 2
+EXIT_CONSISTENT = exits.OK
+EXIT_INCONSISTENT = exits.FINDINGS
+EXIT_ERROR = exits.BAD_INPUT
 DEFAULT_WIDTH = 100
 """Table width when the output is not a terminal."""
 COLUMN_GAP = 2
@@ -51,7 +54,9 @@ BACKEND_NOT_INSPECTED = (
     "not inspected: --backend-state DIR reads the example driver's state; "
     "other drivers' devices cannot be inspected by dralet audit"
 )
-API_NOT_CONSULTED = "not consulted: pass --kubeconfig, --api-url or --in-cluster"
+API_NOT_CONSULTED = (
+    "not consulted: no API access (--kubeconfig, $KUBECONFIG, in-cluster, ~/.kube/config)"
+)
 
 
 class AuditError(Exception):
@@ -69,17 +74,6 @@ class ApiClaims:
         from dralet import kube  # imported here: the API client takes a second to load
 
         return await kube.list_resource_claims(self.client)
-
-
-@dataclass(frozen=True)
-class ApiOptions:
-    url: str | None
-    kubeconfig: Path | None
-    in_cluster: bool
-
-    @property
-    def wanted(self) -> bool:
-        return self.url is not None or self.kubeconfig is not None or self.in_cluster
 
 
 @dataclass(frozen=True)
@@ -183,18 +177,14 @@ def render_table(
 
 
 @contextlib.asynccontextmanager
-async def _api_client(options: ApiOptions) -> AsyncIterator[Any]:
-    if not options.wanted:
+async def _api_client(api: access.ApiAccess | None) -> AsyncIterator[Any]:
+    if api is None:
         yield None
         return
     from dralet import kube  # imported here: the API client takes a second to load
 
     try:
-        client = await kube.connect(
-            url=options.url,
-            kubeconfig=options.kubeconfig,
-            in_cluster=options.in_cluster or None,
-        )
+        client = await kube.connect(api_access=api)
     except Exception as exc:  # the config loaders raise many kinds of error
         raise AuditError(f"cannot connect to the API server: {exc}") from exc
     try:
@@ -217,7 +207,7 @@ async def run_audit(
     settings: DriverSettings,
     *,
     backend_state: Path | None,
-    api: ApiOptions,
+    api: access.ApiAccess | None,
     fix: bool,
 ) -> AuditResult:
     """Audit the node; with ``fix``, repair through the claim engine and audit again."""
@@ -381,7 +371,13 @@ def _repair_log() -> Iterator[None]:
         logger.removeHandler(handler)
 
 
-@click.command("audit")
+@click.command(
+    "audit",
+    epilog=exits.epilog(
+        "inconsistencies (after --fix: some remain)",
+        bad_input="a missing plugin dir, an unknown driver",
+    ),
+)
 @click.option("--driver-name", default=example.DRIVER_NAME, show_default=True)
 @click.option("--node-name", envvar="NODE_NAME", required=True, help="This node ($NODE_NAME).")
 @click.option("--pool", default="", help="ResourceSlice pool [default: the node name].")
@@ -401,15 +397,11 @@ def _repair_log() -> Iterator[None]:
     default=None,
     help="The example driver's state dir (dralet run --state-dir); needed by --fix.",
 )
-@click.option("--api-url", default=None, help="API server URL without auth (test stand-ins).")
-@click.option("--kubeconfig", type=click.Path(path_type=Path, dir_okay=False), default=None)
-@click.option("--in-cluster", is_flag=True, help="Use the pod's service account.")
+@options.api_access()
 @click.option(
     "--fix", is_flag=True, help="Repair through the driver's recovery (default: dry run)."
 )
-@click.option(
-    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@options.output()
 def command(
     driver_name: str,
     node_name: str,
@@ -418,9 +410,10 @@ def command(
     cdi_dir: Path,
     cdi_class: str,
     backend_state: Path | None,
-    api_url: str | None,
     kubeconfig: Path | None,
+    kube_context: str | None,
     in_cluster: bool,
+    api_url: str | None,
     fix: bool,
     output: str,
 ) -> None:
@@ -445,7 +438,12 @@ def command(
             cdi_dir=cdi_dir,
             cdi_class=cdi_class,
         )
-        api = ApiOptions(url=api_url, kubeconfig=kubeconfig, in_cluster=in_cluster)
+        try:
+            api = access.resolve(
+                url=api_url, kubeconfig=kubeconfig, context=kube_context, in_cluster=in_cluster
+            )
+        except access.ApiAccessError as exc:
+            raise AuditError(f"cannot connect to the API server: {exc}") from None
         with _repair_log():
             result = asyncio.run(run_audit(settings, backend_state=backend_state, api=api, fix=fix))
     except AuditError as exc:
@@ -453,6 +451,8 @@ def command(
         sys.exit(EXIT_ERROR)
     if output == "json":
         click.echo(json.dumps(result.to_json(), indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(result.to_json(), sort_keys=False), nl=False)
     else:
         click.echo(render_text(result))
     sys.exit(EXIT_CONSISTENT if result.consistent else EXIT_INCONSISTENT)

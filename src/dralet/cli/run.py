@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from dralet import errors, logs
+from dralet.cli import exits, options
 from dralet.drivers import example
 from dralet.kube import access
 from dralet.node import directories, factory
@@ -82,7 +83,14 @@ def _driver_options(
     return options
 
 
-@click.command("run")
+@click.command(
+    "run",
+    epilog=exits.epilog(
+        "the driver stopped on an error it cannot recover from",
+        [(directories.EXIT_UNUSABLE_DIRECTORY, "a plugin, registry, CDI or state dir is unusable")],
+        bad_input="an unknown driver, no API access without --standalone",
+    ),
+)
 @click.option(
     "--driver",
     "driver",
@@ -150,15 +158,7 @@ def _driver_options(
     default=_default(DriverSettings, "pod_uid"),
     help="Per-instance socket names for rolling updates (Kubernetes >= 1.33).",
 )
-@click.option("--api-url", default=None, help="API server URL without auth (test stand-ins).")
-@click.option(
-    "--kubeconfig",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Kubeconfig file [default: $KUBECONFIG, then in-cluster, then ~/.kube/config].",
-)
-@click.option("--context", "kube_context", default=None, help="Kubeconfig context to use.")
-@click.option("--in-cluster", is_flag=True, help="Use the pod's service account.")
+@options.api_access()
 @click.option(
     "--standalone",
     is_flag=True,

@@ -1,0 +1,68 @@
+"""The flags every command spells the same way: API access (kubectl's names and order),
+the node, and the output format. A command that takes one of these takes it from here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from dralet.cli import exits
+
+__all__ = ["NODE_NAME_ENV", "api_access", "output"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+NODE_NAME_ENV = "NODE_NAME"
+"""Set from the downward API in the DaemonSet (``spec.nodeName``)."""
+KUBECONFIG_HELP = (
+    "Kubeconfig file [default: $KUBECONFIG, then the pod's service account, then ~/.kube/config]."
+)
+
+
+def api_access(*, in_cluster: bool = True, api_url: bool = True) -> Callable[[F], F]:
+    """``--kubeconfig`` and ``--context`` (parameters ``kubeconfig``, ``kube_context``),
+    plus ``--in-cluster`` and ``--api-url`` where the command can use them; resolved by
+    ``dralet.kube.access.resolve`` in kubectl's order."""
+
+    def decorate(function: F) -> F:
+        decorators = [
+            click.option(
+                "--kubeconfig",
+                type=click.Path(path_type=Path, dir_okay=False),
+                default=None,
+                help=KUBECONFIG_HELP,
+            ),
+            click.option(
+                "--context", "kube_context", default=None, help="Kubeconfig context to use."
+            ),
+        ]
+        if in_cluster:
+            decorators.append(
+                click.option("--in-cluster", is_flag=True, help="Use the pod's service account.")
+            )
+        if api_url:
+            decorators.append(
+                click.option(
+                    "--api-url", default=None, help="API server URL without auth (API stand-ins)."
+                )
+            )
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return decorate
+
+
+def output(*, default: str = "table", help: str | None = None) -> Callable[[F], F]:
+    """``-o/--output table|json|yaml`` (parameter ``output``)."""
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(exits.OUTPUT_FORMATS),
+        default=default,
+        show_default=True,
+        help=help,
+    )
