@@ -13,6 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from dralet import releases
 from dralet.apiserver import ApiServerThread
 from dralet.cli import exits, main
 from dralet.cluster import ControlPlane
@@ -199,3 +200,21 @@ def test_conformance_finds_the_api_like_kubectl(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "$KUBECONFIG names no existing file" in result.output
+
+
+@pytest.mark.parametrize("name", ["validate", "simulate", "demo", "conformance"])
+def test_one_default_kubernetes_version_the_newest_each_command_supports(name: str) -> None:
+    [option] = [p for p in command(name).params if "--kubernetes-version" in p.opts]
+    assert isinstance(option.type, click.Choice)
+    choices = tuple(option.type.choices)
+    assert set(choices) <= set(releases.KUBERNETES_RELEASES)
+    assert choices[0] == releases.KUBERNETES_RELEASES[0]  # the floor everywhere
+    assert option.default == releases.newest(choices) == choices[-1]
+
+
+def test_commands_that_play_a_cluster_default_to_the_current_release() -> None:
+    current = releases.KUBERNETES_RELEASES[-1]
+    assert current == "1.37"
+    for name in ("demo", "conformance"):
+        [option] = [p for p in command(name).params if "--kubernetes-version" in p.opts]
+        assert option.default == current, name

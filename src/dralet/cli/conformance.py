@@ -28,7 +28,7 @@ from typing import Any
 import click
 import yaml
 
-from dralet import conformance, errors
+from dralet import conformance, errors, releases
 from dralet.cdi import store as cdi_store
 from dralet.cli import exits, options
 from dralet.cli.audit import render_table, wrap_prose
@@ -40,7 +40,7 @@ EXIT_PASSED = exits.OK
 EXIT_FAILED = exits.FINDINGS
 EXIT_ERROR = exits.BAD_INPUT
 STATUS_WORDS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
-NEWEST_KUBERNETES = conformance.KUBELET_VERSIONS[-1]
+NEWEST_KUBERNETES = releases.newest(conformance.KUBELET_VERSIONS)
 RESTART_TIMEOUT = 120.0
 
 

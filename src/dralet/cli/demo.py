@@ -21,6 +21,7 @@ from typing import Any
 import click
 import yaml
 
+from dralet import releases
 from dralet.apiserver import ApiServer
 from dralet.cli import exits, options
 from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
@@ -290,8 +291,8 @@ async def _lifecycle(
 @click.command("demo", epilog=exits.epilog("an invariant broke"))
 @click.option(
     "--kubernetes-version",
-    type=click.Choice(["1.32", "1.33", "1.34", "1.35"]),
-    default="1.34",
+    type=click.Choice(releases.KUBERNETES_RELEASES),
+    default=releases.newest(releases.KUBERNETES_RELEASES),
     show_default=True,
     help="Kubernetes release the stand-ins play.",
 )
