@@ -69,7 +69,11 @@ class AuditedNode:
     ) -> audit_cli.AuditResult:
         return await audit_cli.run_audit(
             self.settings,
-            backend_state=self.state_dir if backend else None,
+            backend=audit_cli.BackendChoice(
+                "example", self.state_dir, SimulatedGPUs(state_dir=self.state_dir, node_name=NODE)
+            )
+            if backend
+            else None,
             api=access.resolve(url=self.api.url) if api else None,
             fix=fix,
         )

@@ -11,7 +11,7 @@ import click
 
 from dralet.cli import exits
 
-__all__ = ["NODE_NAME_ENV", "api_access", "output"]
+__all__ = ["NODE_NAME_ENV", "api_access", "driver", "output"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,6 +54,54 @@ def api_access(*, in_cluster: bool = True, api_url: bool = True) -> Callable[[F]
         return function
 
     return decorate
+
+
+def driver(*, default: str | None) -> Callable[[F], F]:
+    """``--driver`` (``$DRALET_DRIVER``), ``--driver-config`` (``$DRALET_DRIVER_CONFIG``)
+    and ``--driver-option KEY=VALUE``: the backend, found and built as ``dralet run``
+    builds it (``dralet.node.factory``); parameters ``driver``, ``driver_config``,
+    ``driver_options``."""
+    decorators = [
+        click.option(
+            "--driver",
+            "driver",
+            envvar="DRALET_DRIVER",
+            default=default,
+            show_default=default is not None,
+            help="The driver's backend: an installed driver (entry point of the dralet.drivers "
+            "group: example, example-strict, ...) or package.module:factory ($DRALET_DRIVER).",
+        ),
+        click.option(
+            "--driver-config",
+            type=click.Path(path_type=Path, dir_okay=False),
+            envvar="DRALET_DRIVER_CONFIG",
+            default=None,
+            help="The driver's own configuration file, handed to its factory "
+            "($DRALET_DRIVER_CONFIG).",
+        ),
+        click.option(
+            "--driver-option",
+            "driver_options",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="An option for the driver's factory (repeatable).",
+        ),
+    ]
+
+    def decorate(function: F) -> F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return decorate
+
+
+def driver_option(item: str) -> tuple[str, str]:
+    """One ``--driver-option KEY=VALUE``."""
+    key, sep, value = item.partition("=")
+    if not key or not sep:
+        raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
+    return key, value
 
 
 def output(*, default: str = "table", help: str | None = None) -> Callable[[F], F]:
