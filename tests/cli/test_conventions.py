@@ -218,3 +218,17 @@ def test_commands_that_play_a_cluster_default_to_the_current_release() -> None:
     for name in ("demo", "conformance"):
         [option] = [p for p in command(name).params if "--kubernetes-version" in p.opts]
         assert option.default == current, name
+
+
+def test_ctrl_c_is_130_with_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from dralet.validation import engine
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine, "validate_paths", interrupted)
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("{}\n")
+    result = CliRunner().invoke(main.cli, ["validate", str(manifest)])
+    assert result.exit_code == exits.INTERRUPTED == 130
+    assert result.stderr == "interrupted\n"
