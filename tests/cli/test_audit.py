@@ -46,7 +46,7 @@ class Node:
         )
 
     def node_args(self) -> list[str]:
-        self.settings.plugin_dir.mkdir(parents=True, exist_ok=True)
+        claimstore.create_store(self.settings.plugin_dir)
         return [
             "audit",
             "--node-name", NODE,

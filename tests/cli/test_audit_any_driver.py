@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from tests import claimstore
 
 from dralet import kube
 from dralet.apiserver import ApiServerThread
@@ -158,8 +159,18 @@ def test_a_missing_plugin_dir_is_an_error(node: AcmeNode) -> None:
     ]
 
 
-def test_an_unknown_driver_is_an_error(node: AcmeNode) -> None:
+def test_a_plugin_dir_without_records_is_an_error(node: AcmeNode) -> None:
     node.settings.plugin_dir.mkdir(parents=True)
+    result = CliRunner().invoke(main.cli, node.args())
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"dralet audit: {node.settings.store_path}: no claim records (driver {ACME} has not "
+        "started with this plugin dir; a started driver always has them)"
+    ]
+
+
+def test_an_unknown_driver_is_an_error(node: AcmeNode) -> None:
+    claimstore.create_store(node.settings.plugin_dir)
     args = node.args()
     args[args.index("acme-fpga")] = "acme-fgpa"
     result = CliRunner().invoke(main.cli, args)

@@ -12,6 +12,7 @@ import click
 import pytest
 import yaml
 from click.testing import CliRunner
+from tests import claimstore
 
 from dralet import releases
 from dralet.apiserver import ApiServerThread
@@ -120,7 +121,7 @@ def two_contexts(path: Path, url: str) -> Path:
 
 def run_audit(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     plugin_dir = tmp_path / "plugins" / "gpu.example.com"
-    plugin_dir.mkdir(parents=True, exist_ok=True)
+    claimstore.create_store(plugin_dir)
     args = ["audit", "--node-name", "node-a", "--plugin-dir", str(plugin_dir)]
     args += ["--cdi-dir", str(tmp_path / "cdi"), "-o", "json", *extra]
     result = CliRunner(env=env).invoke(main.cli, args)
@@ -152,7 +153,8 @@ def test_a_named_kubeconfig_that_is_missing_is_one_line_exit_2(tmp_path: Path) -
     for name in ("audit", "simulate"):
         args = [name, "--kubeconfig", str(tmp_path / "nope.yaml")]
         if name == "audit":
-            args += ["--node-name", "n", "--plugin-dir", str(tmp_path)]
+            claimstore.create_store(tmp_path / "plugins")
+            args += ["--node-name", "n", "--plugin-dir", str(tmp_path / "plugins")]
         else:
             args += [str(Path(__file__).parent / "simulate_fixtures")]
         result = CliRunner().invoke(main.cli, args)

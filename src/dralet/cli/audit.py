@@ -403,7 +403,7 @@ def _repair_log() -> Iterator[None]:
     "audit",
     epilog=exits.epilog(
         "inconsistencies (after --fix: some remain)",
-        bad_input="a missing plugin dir, an unknown driver",
+        bad_input="a missing plugin dir or claim records, a driver that cannot be built",
     ),
 )
 @click.option("--driver-name", default=example.DRIVER_NAME, show_default=True)
@@ -494,6 +494,11 @@ def command(
             raise AuditError(
                 f"plugin dir {settings.plugin_dir}: no such directory (no driver "
                 f"{driver_name} has run on this node; check --plugin-dir and --driver-name)"
+            )
+        if not os.path.lexists(records_path(settings)):
+            raise AuditError(
+                f"{records_path(settings)}: no claim records (driver {driver_name} has not "
+                "started with this plugin dir; a started driver always has them)"
             )
         backend = None
         if driver is not None:
