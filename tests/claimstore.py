@@ -49,3 +49,16 @@ def put_record(plugin_dir: Path, record: ClaimRecord) -> None:
         db.close()
     if result is not None:
         raise result
+
+
+def create_store(plugin_dir: Path) -> None:
+    """An empty record store, as a driver leaves it at its first start (kept as it is
+    when there is one)."""
+    plugin_dir.mkdir(parents=True, exist_ok=True)
+    if (plugin_dir / "claims.db").exists():
+        return
+    db = database.RecordDatabase(plugin_dir / "claims.db", legacy=plugin_dir / "checkpoint.json")
+    try:
+        db.open()
+    finally:
+        db.close()

@@ -16,6 +16,7 @@ from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.cli import audit as audit_cli
 from dralet.cluster import ControlPlane
 from dralet.drivers.example import SimulatedGPUs
+from dralet.kube import access
 from dralet.kubelet import KubeletClaim
 from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import ClaimEngine
@@ -68,10 +69,12 @@ class AuditedNode:
     ) -> audit_cli.AuditResult:
         return await audit_cli.run_audit(
             self.settings,
-            backend_state=self.state_dir if backend else None,
-            api=audit_cli.ApiOptions(
-                url=self.api.url if api else None, kubeconfig=None, in_cluster=False
-            ),
+            backend=audit_cli.BackendChoice(
+                "example", self.state_dir, SimulatedGPUs(state_dir=self.state_dir, node_name=NODE)
+            )
+            if backend
+            else None,
+            api=access.resolve(url=self.api.url) if api else None,
             fix=fix,
         )
 

@@ -46,6 +46,7 @@ class Node:
         )
 
     def node_args(self) -> list[str]:
+        claimstore.create_store(self.settings.plugin_dir)
         return [
             "audit",
             "--node-name", NODE,
@@ -56,7 +57,8 @@ class Node:
     def full_args(self) -> list[str]:
         return [
             *self.node_args(),
-            "--backend-state", str(self.root / "backend"),
+            "--driver", "example",
+            "--state-dir", str(self.root / "backend"),
             "--api-url", self.api.url,
         ]  # fmt: skip
 
@@ -106,9 +108,8 @@ def test_a_clean_node_exits_0_and_says_what_was_not_inspected(node: Node) -> Non
     code, out, _ = audit(*node.node_args())
     assert code == 0, out
     assert "No inconsistencies found." in out
-    assert "not inspected: --backend-state DIR reads the example driver's state" in out
-    assert "other drivers' devices cannot be inspected" in out
-    assert "not consulted: pass --kubeconfig, --api-url or --in-cluster" in out
+    assert "not inspected: pass --driver NAME" in out
+    assert "not consulted: no API access (--kubeconfig, $KUBECONFIG" in out
 
 
 def test_dry_run_reports_and_changes_nothing_then_fix_repairs(node: Node) -> None:
@@ -162,6 +163,7 @@ def test_json_shape(node: Node) -> None:
     }
     assert sources["backend"] == {
         "inspected": True,
+        "driver": "example (dralet.drivers.example.factory:factory)",
         "stateDir": str(node.root / "backend"),
         "devicesInUse": 1,
         "note": "",
@@ -189,7 +191,7 @@ def test_json_without_backend_or_api(node: Node) -> None:
     assert code == 0
     sources = json.loads(out)["sources"]
     assert sources["backend"]["inspected"] is False
-    assert "other drivers' devices cannot be inspected" in sources["backend"]["note"]
+    assert "pass --driver NAME" in sources["backend"]["note"]
     assert sources["api"] == {"consulted": False, "server": None, "claims": None}
 
 
@@ -205,7 +207,7 @@ def test_fix_that_cannot_repair_everything_exits_1(node: Node) -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--fix"], "--fix releases devices through the backend"),
+        (["--fix"], "--fix releases devices through the driver's backend: pass --driver"),
         (["--api-url", "http://127.0.0.1:1", "--in-cluster"], "use only one of"),
         (["--cdi-class", "Bad Class"], "--driver-name/--cdi-class"),
     ],

@@ -1,14 +1,14 @@
 """``dralet audit``: report (and with ``--fix`` repair) every inconsistency on a node.
 
-Reads what the driver keeps on the node (checkpoint, CDI directory), the example
-driver's backend state when ``--backend-state`` is given (other drivers' hardware
-cannot be inspected from here) and, with ``--kubeconfig``, ``--api-url`` or
-``--in-cluster``, the ResourceClaims in the API. Finding inconsistencies is the pure
+Reads what the driver keeps on the node (records, CDI directory), the devices its
+backend holds (``devices_in_use()`` of the backend ``--driver`` builds, exactly as
+``dralet run --driver`` builds it) and, when the API is found (kubectl's order), the
+ResourceClaims. Finding inconsistencies is the pure
 ``dralet.node.audit.find_inconsistencies``; ``--fix`` runs ``dralet.node.audit.repair``,
 which executes the planned steps through the claim engine, never a separate path.
 
 Exit status: 0 consistent (after ``--fix``: everything repaired), 1 inconsistencies
-remain, 2 usage or I/O error.
+remain, 2 usage or I/O error, a missing plugin dir, a driver that cannot be built.
 
 Over 400 lines because the command's three outputs (table, prose, JSON) and its sources
 (files, backend, API) are one user-facing contract kept in one place.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -30,32 +31,64 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
 from dralet import errors, logs
 from dralet.cdi import names as cdi_names
+from dralet.cli import exits, options
 from dralet.drivers import example
-from dralet.node import audit
+from dralet.kube import access
+from dralet.node import audit, factory
+from dralet.node.backend import DeviceBackend
 from dralet.node.claims import ClaimEngine, RecoveryReport
+from dralet.node.config import Settings
 from dralet.node.settings import KUBELET_PLUGINS_DIR, DriverSettings
 
 __all__ = ["ApiClaims", "AuditResult", "command", "render_table", "wrap_prose"]
 
-EXIT_CONSISTENT = 0
-EXIT_INCONSISTENT = 1
-EXIT_ERROR = 2
+EXIT_CONSISTENT = exits.OK
+EXIT_INCONSISTENT = exits.FINDINGS
+EXIT_ERROR = exits.BAD_INPUT
 DEFAULT_WIDTH = 100
 """Table width when the output is not a terminal."""
 COLUMN_GAP = 2
 MIN_COLUMN_WIDTH = 8
 BACKEND_NOT_INSPECTED = (
-    "not inspected: --backend-state DIR reads the example driver's state; "
-    "other drivers' devices cannot be inspected by dralet audit"
+    "not inspected: pass --driver NAME (the driver dralet run runs, $DRALET_DRIVER) "
+    "to read the devices its backend holds"
 )
-API_NOT_CONSULTED = "not consulted: pass --kubeconfig, --api-url or --in-cluster"
+API_NOT_CONSULTED = (
+    "not consulted: no API access (--kubeconfig, $KUBECONFIG, in-cluster, ~/.kube/config)"
+)
 
 
 class AuditError(Exception):
     """An I/O or API failure that keeps the audit from finishing (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The driver's backend, built by its factory as ``dralet run`` builds it."""
+
+    name: str
+    """What ``--driver`` named: an entry point or ``package.module:factory``."""
+    state_dir: Path
+    backend: DeviceBackend
+
+
+def build_backend(
+    name: str, settings: DriverSettings, config: factory.DriverConfig
+) -> BackendChoice:
+    """The backend of driver ``name`` for the node ``settings`` describe (its state dir
+    is ``settings.backend_state_dir``, default ``<plugin dir>/backend``, as for run)."""
+    target, make = factory.find(name)
+    node = Settings(driver=settings, publish=False)
+    backend = factory.build(name, make, node, config)
+    return BackendChoice(
+        name=name if name == target else f"{name} ({target})",
+        state_dir=node.state_dir,
+        backend=backend,
+    )
 
 
 @dataclass(frozen=True)
@@ -72,24 +105,13 @@ class ApiClaims:
 
 
 @dataclass(frozen=True)
-class ApiOptions:
-    url: str | None
-    kubeconfig: Path | None
-    in_cluster: bool
-
-    @property
-    def wanted(self) -> bool:
-        return self.url is not None or self.kubeconfig is not None or self.in_cluster
-
-
-@dataclass(frozen=True)
 class AuditResult:
     """One audit run: what was read, what was found, what ``--fix`` did."""
 
     settings: DriverSettings
     snapshot: audit.NodeSnapshot
     findings: tuple[audit.Finding, ...]
-    backend_state: Path | None
+    backend: BackendChoice | None
     api_server: str
     fix_applied: bool = False
     actions: tuple[tuple[str, str], ...] = ()
@@ -120,7 +142,8 @@ class AuditResult:
                 },
                 "backend": {
                     "inspected": snapshot.in_use is not None,
-                    "stateDir": str(self.backend_state) if self.backend_state else None,
+                    "driver": self.backend.name if self.backend else None,
+                    "stateDir": str(self.backend.state_dir) if self.backend else None,
                     "devicesInUse": len(snapshot.in_use) if snapshot.in_use is not None else None,
                     "note": "" if snapshot.in_use is not None else BACKEND_NOT_INSPECTED,
                 },
@@ -183,18 +206,14 @@ def render_table(
 
 
 @contextlib.asynccontextmanager
-async def _api_client(options: ApiOptions) -> AsyncIterator[Any]:
-    if not options.wanted:
+async def _api_client(api: access.ApiAccess | None) -> AsyncIterator[Any]:
+    if api is None:
         yield None
         return
     from dralet import kube  # imported here: the API client takes a second to load
 
     try:
-        client = await kube.connect(
-            url=options.url,
-            kubeconfig=options.kubeconfig,
-            in_cluster=options.in_cluster or None,
-        )
+        client = await kube.connect(api_access=api)
     except Exception as exc:  # the config loaders raise many kinds of error
         raise AuditError(f"cannot connect to the API server: {exc}") from exc
     try:
@@ -206,7 +225,7 @@ async def _api_client(options: ApiOptions) -> AsyncIterator[Any]:
 async def _snapshot(
     settings: DriverSettings,
     *,
-    backend: example.SimulatedGPUs | None,
+    backend: DeviceBackend | None,
     lister: ApiClaims | None,
 ) -> tuple[audit.NodeSnapshot, tuple[audit.Finding, ...]]:
     snapshot = await audit.take_snapshot(settings, backend=backend, claims=lister)
@@ -216,48 +235,46 @@ async def _snapshot(
 async def run_audit(
     settings: DriverSettings,
     *,
-    backend_state: Path | None,
-    api: ApiOptions,
+    backend: BackendChoice | None,
+    api: access.ApiAccess | None,
     fix: bool,
 ) -> AuditResult:
-    """Audit the node; with ``fix``, repair through the claim engine and audit again."""
-    backend = (
-        example.SimulatedGPUs(state_dir=backend_state, node_name=settings.node_name)
-        if backend_state is not None
-        else None
-    )
+    """Audit the node; with ``fix``, repair through the claim engine (releasing devices
+    through ``backend``, the driver's own) and audit again."""
+    devices = backend.backend if backend is not None else None
     async with _api_client(api) as client:
         lister = ApiClaims(client) if client is not None else None
         try:
-            snapshot, findings = await _snapshot(settings, backend=backend, lister=lister)
+            snapshot, findings = await _snapshot(settings, backend=devices, lister=lister)
         except (OSError, TimeoutError, errors.DraletError) as exc:
             raise AuditError(str(exc)) from exc
         result = AuditResult(
             settings=settings,
             snapshot=snapshot,
             findings=findings,
-            backend_state=backend_state,
+            backend=backend,
             api_server=str(client.host) if client is not None else "",
         )
         if not fix or not findings:
             return result
-        assert backend is not None  # checked by the command
+        if devices is None:
+            raise AuditError("--fix releases devices through the driver's backend: pass --driver")
         claim_source = None
         if client is not None:
             from dralet import kube  # imported here: the API client takes a second to load
 
             claim_source = kube.ClaimClient(client)
-        ledger = ClaimEngine(settings, backend=backend, claims=claim_source)
+        ledger = ClaimEngine(settings, backend=devices, claims=claim_source)
         try:
             report: RecoveryReport = await audit.repair(ledger, findings)
-            _, remaining = await _snapshot(settings, backend=backend, lister=lister)
+            _, remaining = await _snapshot(settings, backend=devices, lister=lister)
         except (OSError, TimeoutError, errors.DraletError) as exc:
             raise AuditError(f"repair failed: {exc}") from exc
         return AuditResult(
             settings=result.settings,
             snapshot=result.snapshot,
             findings=result.findings,
-            backend_state=backend_state,
+            backend=backend,
             api_server=result.api_server,
             fix_applied=True,
             actions=tuple(report.actions),
@@ -301,8 +318,9 @@ def render_text(result: AuditResult, *, width: int | None = None) -> str:
         else f"{records_path(s)} (unusable)"
     )
     backend = (
-        f"example driver state {result.backend_state} ({len(snap.in_use)} devices in use)"
-        if snap.in_use is not None
+        f"driver {result.backend.name}, state dir {result.backend.state_dir} "
+        f"({len(snap.in_use)} devices in use)"
+        if snap.in_use is not None and result.backend is not None
         else BACKEND_NOT_INSPECTED
     )
     api = (
@@ -381,7 +399,13 @@ def _repair_log() -> Iterator[None]:
         logger.removeHandler(handler)
 
 
-@click.command("audit")
+@click.command(
+    "audit",
+    epilog=exits.epilog(
+        "inconsistencies (after --fix: some remain)",
+        bad_input="a missing plugin dir or claim records, a driver that cannot be built",
+    ),
+)
 @click.option("--driver-name", default=example.DRIVER_NAME, show_default=True)
 @click.option("--node-name", envvar="NODE_NAME", required=True, help="This node ($NODE_NAME).")
 @click.option("--pool", default="", help="ResourceSlice pool [default: the node name].")
@@ -395,21 +419,25 @@ def _repair_log() -> Iterator[None]:
     "--cdi-dir", type=click.Path(path_type=Path), default=Path("/var/run/cdi"), show_default=True
 )
 @click.option("--cdi-class", default="claim", show_default=True, help="CDI kind <driver>/<class>.")
+@options.driver(default=None)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The backend's state dir, as given to dralet run [default: <plugin-dir>/backend].",
+)
 @click.option(
     "--backend-state",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    help="The example driver's state dir (dralet run --state-dir); needed by --fix.",
+    hidden=True,
+    help="Deprecated: --driver example --state-dir DIR.",
 )
-@click.option("--api-url", default=None, help="API server URL without auth (test stand-ins).")
-@click.option("--kubeconfig", type=click.Path(path_type=Path, dir_okay=False), default=None)
-@click.option("--in-cluster", is_flag=True, help="Use the pod's service account.")
+@options.api_access()
 @click.option(
     "--fix", is_flag=True, help="Repair through the driver's recovery (default: dry run)."
 )
-@click.option(
-    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@options.output()
 def command(
     driver_name: str,
     node_name: str,
@@ -417,20 +445,32 @@ def command(
     plugin_dir: Path | None,
     cdi_dir: Path,
     cdi_class: str,
+    driver: str | None,
+    driver_config: Path | None,
+    driver_options: tuple[str, ...],
+    state_dir: Path | None,
     backend_state: Path | None,
-    api_url: str | None,
     kubeconfig: Path | None,
+    kube_context: str | None,
     in_cluster: bool,
+    api_url: str | None,
     fix: bool,
     output: str,
 ) -> None:
     """Report (and --fix) leaks and inconsistencies on a node."""
     if sum((api_url is not None, kubeconfig is not None, in_cluster)) > 1:
         raise click.UsageError("use only one of --api-url, --kubeconfig and --in-cluster")
-    if fix and backend_state is None:
+    if backend_state is not None:
+        if state_dir is not None or driver not in (None, "example"):
+            raise click.UsageError("--backend-state is --driver example --state-dir DIR: use those")
+        click.echo(
+            "warning: --backend-state is deprecated: use --driver example --state-dir DIR", err=True
+        )
+        driver, state_dir = "example", backend_state
+    if fix and driver is None:
         raise click.UsageError(
-            "--fix releases devices through the backend: pass --backend-state DIR "
-            "(the example driver); other drivers repair by restarting (recovery runs at start)"
+            "--fix releases devices through the driver's backend: pass --driver NAME "
+            "(the driver dralet run runs, $DRALET_DRIVER)"
         )
     try:
         cdi_names.validate_kind(f"{driver_name}/{cdi_class}")
@@ -445,14 +485,44 @@ def command(
             cdi_dir=cdi_dir,
             cdi_class=cdi_class,
         )
-        api = ApiOptions(url=api_url, kubeconfig=kubeconfig, in_cluster=in_cluster)
+        if state_dir is not None:
+            settings = dataclasses.replace(settings, backend_state_dir=state_dir)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        if not settings.plugin_dir.is_dir():
+            raise AuditError(
+                f"plugin dir {settings.plugin_dir}: no such directory (no driver "
+                f"{driver_name} has run on this node; check --plugin-dir and --driver-name)"
+            )
+        if not os.path.lexists(records_path(settings)):
+            raise AuditError(
+                f"{records_path(settings)}: no claim records (driver {driver_name} has not "
+                "started with this plugin dir; a started driver always has them)"
+            )
+        backend = None
+        if driver is not None:
+            pairs = dict(options.driver_option(item) for item in driver_options)
+            try:
+                config = factory.DriverConfig.read(driver_config, pairs)
+                backend = build_backend(driver, settings, config)
+            except (factory.DriverLoadError, factory.DriverStartError) as exc:
+                raise AuditError(str(exc)) from None
+        try:
+            api = access.resolve(
+                url=api_url, kubeconfig=kubeconfig, context=kube_context, in_cluster=in_cluster
+            )
+        except access.ApiAccessError as exc:
+            raise AuditError(f"cannot connect to the API server: {exc}") from None
         with _repair_log():
-            result = asyncio.run(run_audit(settings, backend_state=backend_state, api=api, fix=fix))
+            result = asyncio.run(run_audit(settings, backend=backend, api=api, fix=fix))
     except AuditError as exc:
         click.echo(f"dralet audit: {exc}", err=True)
         sys.exit(EXIT_ERROR)
     if output == "json":
         click.echo(json.dumps(result.to_json(), indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(result.to_json(), sort_keys=False), nl=False)
     else:
         click.echo(render_text(result))
     sys.exit(EXIT_CONSISTENT if result.consistent else EXIT_INCONSISTENT)

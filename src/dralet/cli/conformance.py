@@ -26,24 +26,22 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
-from dralet import conformance, errors
+from dralet import conformance, errors, releases
 from dralet.cdi import store as cdi_store
+from dralet.cli import exits, options
 from dralet.cli.audit import render_table, wrap_prose
+from dralet.kube import access
 
 __all__ = ["ApiChoice", "command", "render_text"]
 
-EXIT_PASSED = 0
-EXIT_FAILED = 1
-EXIT_ERROR = 2
+EXIT_PASSED = exits.OK
+EXIT_FAILED = exits.FINDINGS
+EXIT_ERROR = exits.BAD_INPUT
 STATUS_WORDS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
-NEWEST_KUBERNETES = conformance.KUBELET_VERSIONS[-1]
+NEWEST_KUBERNETES = releases.newest(conformance.KUBELET_VERSIONS)
 RESTART_TIMEOUT = 120.0
-EXIT_CODES = """\b
-Exit status:
-  0  no MUST case failed (with --strict: no case failed)
-  1  a MUST case failed (with --strict: any case)
-  2  usage error, unreachable API, no driver registered, or no devices to allocate"""
 
 
 class ConformanceError(Exception):
@@ -54,8 +52,8 @@ class ConformanceError(Exception):
 class ApiChoice:
     """Where the claims go: one of these is set."""
 
-    url: str | None = None
-    kubeconfig: Path | None = None
+    api: access.ApiAccess | None = None
+    """An existing API server, resolved like kubectl does."""
     serve: str | None = None
     """HOST:PORT for an API stand-in started here (port 0 picks one)."""
     write_kubeconfig: Path | None = None
@@ -102,10 +100,10 @@ async def run(settings: conformance.ConformanceSettings, choice: ApiChoice) -> A
 
     async with _stand_in(choice, node_name=settings.node_name) as served_url:
         try:
-            client = await kube.connect(
-                url=served_url or choice.url,
-                kubeconfig=None if served_url else choice.kubeconfig,
-            )
+            if served_url:
+                client = await kube.connect(url=served_url)
+            else:
+                client = await kube.connect(api_access=choice.api)
         except Exception as exc:  # the config loaders raise many kinds of error
             raise ConformanceError(f"cannot connect to the API server: {exc}") from exc
         try:
@@ -182,7 +180,13 @@ def _kubelet_versions(
     return tuple(versions)
 
 
-@click.command("conformance", epilog=EXIT_CODES)
+@click.command(
+    "conformance",
+    epilog=exits.epilog(
+        "a MUST case failed (with --strict: any case)",
+        bad_input="a driver that never registered, no devices to allocate",
+    ),
+)
 @click.option(
     "--socket",
     "socket_path",
@@ -203,8 +207,7 @@ def _kubelet_versions(
     default=cdi_store.DEFAULT_CDI_DIR,
     show_default=True,
 )
-@click.option("--api-url", default=None, help="API server URL without auth (a stand-in).")
-@click.option("--kubeconfig", type=click.Path(path_type=Path, dir_okay=False), default=None)
+@options.api_access(in_cluster=False)
 @click.option(
     "--serve-api",
     metavar="HOST:PORT",
@@ -262,9 +265,7 @@ def _kubelet_versions(
     show_default=True,
     help="Seconds to wait for the driver to register (and to publish its devices).",
 )
-@click.option(
-    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@options.output()
 @click.option(
     "--junit", type=click.Path(path_type=Path, dir_okay=False), default=None, help="JUnit XML file."
 )
@@ -273,8 +274,9 @@ def command(
     registry_dir: Path | None,
     driver_name: str,
     cdi_dir: Path,
-    api_url: str | None,
     kubeconfig: Path | None,
+    kube_context: str | None,
+    api_url: str | None,
     serve_api: str | None,
     write_kubeconfig: Path | None,
     node_name: str,
@@ -292,10 +294,25 @@ def command(
     """Check any DRA driver's socket as a kubelet would."""
     if (socket_path is None) == (registry_dir is None):
         raise click.UsageError("give exactly one of --socket and --registry-dir")
-    if sum(x is not None for x in (api_url, kubeconfig, serve_api)) != 1:
+    if serve_api is not None and (api_url or kubeconfig or kube_context):
         raise click.UsageError(
-            "claims need an API server: give exactly one of --api-url, --kubeconfig and --serve-api"
+            "--serve-api starts its own API: no --api-url, --kubeconfig or --context"
         )
+    if api_url is not None and (kubeconfig or kube_context):
+        raise click.UsageError(
+            "claims need an API server: --api-url, or --kubeconfig/--context, not both"
+        )
+    api: access.ApiAccess | None = None
+    if serve_api is None:
+        try:
+            api = access.resolve(url=api_url, kubeconfig=kubeconfig, context=kube_context)
+        except access.ApiAccessError as exc:
+            raise exits.BadInput(f"cannot connect to the API server: {exc}") from None
+        if api is None:
+            raise click.UsageError(
+                "claims need an API server: give --serve-api, --api-url or --kubeconfig "
+                "(or set $KUBECONFIG, or create ~/.kube/config)"
+            )
     if (serve_api is None) != (write_kubeconfig is None):
         raise click.UsageError("--serve-api and --write-kubeconfig go together")
     if serve_api is not None and not serve_api.rpartition(":")[2].isdigit():
@@ -316,8 +333,7 @@ def command(
         discovery_timeout=wait,
     )
     choice = ApiChoice(
-        url=api_url,
-        kubeconfig=kubeconfig,
+        api=api,
         serve=serve_api,
         write_kubeconfig=write_kubeconfig,
         kubernetes_version=kubernetes_version,
@@ -331,6 +347,8 @@ def command(
         sys.exit(EXIT_ERROR)
     if output == "json":
         click.echo(json.dumps(result.to_json(), indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(result.to_json(), sort_keys=False), nl=False)
     else:
         click.echo(render_text(result))
     sys.exit(EXIT_PASSED if result.passed else EXIT_FAILED)

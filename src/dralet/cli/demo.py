@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
+from dralet import releases
 from dralet.apiserver import ApiServer
+from dralet.cli import exits, options
 from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
 from dralet.kubelet import KubeletClaim, KubeletEmulator, PluginConnection, PrepareResult
 
@@ -285,11 +288,11 @@ async def _lifecycle(
     say.check(step, "OK, with an entry for the claim", again.claims == {ref.uid: ""})
 
 
-@click.command("demo")
+@click.command("demo", epilog=exits.epilog("an invariant broke"))
 @click.option(
     "--kubernetes-version",
-    type=click.Choice(["1.32", "1.33", "1.34", "1.35"]),
-    default="1.34",
+    type=click.Choice(releases.KUBERNETES_RELEASES),
+    default=releases.newest(releases.KUBERNETES_RELEASES),
     show_default=True,
     help="Kubernetes release the stand-ins play.",
 )
@@ -299,11 +302,10 @@ async def _lifecycle(
     default=None,
     help="Keep the node's files here [default: a temporary directory].",
 )
-@click.option(
-    "-o", "--output", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
-def command(kubernetes_version: str, work_dir: Path | None, fmt: str) -> None:
+@options.output(help="The narrated steps, or the steps and checks as one JSON/YAML document.")
+def command(kubernetes_version: str, work_dir: Path | None, output: str) -> None:
     """Run the whole claim lifecycle locally, no cluster needed."""
+    fmt = "text" if output == "table" else "json"
     with tempfile.TemporaryDirectory(prefix="dralet-demo-") as tmp:
         root = work_dir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -317,10 +319,11 @@ def command(kubernetes_version: str, work_dir: Path | None, fmt: str) -> None:
             )
         )
     failed = [c.what for s in narrator.steps for c in s.checks if not c.ok]
-    if fmt == "json":
-        click.echo(
-            json.dumps({"ok": not failed, "steps": [asdict(s) for s in narrator.steps]}, indent=2)
-        )
+    document = {"ok": not failed, "steps": [asdict(s) for s in narrator.steps]}
+    if output == "json":
+        click.echo(json.dumps(document, indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
     elif failed:
         click.echo(
             click.style(f"\n{len(failed)} invariant(s) broke: {'; '.join(failed)}", fg="red")

@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from dralet.cli import exits
+
 __all__ = ["cli", "main"]
 
 # name -> (module, one-line help); modules expose ``command``.
@@ -31,6 +33,13 @@ class LazyGroup(click.Group):
         module = importlib.import_module(module_name)
         command: click.Command = module.command
         return command
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(exits.INTERRUPTED)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

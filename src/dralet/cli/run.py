@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from dralet import errors, logs
+from dralet.cli import exits, options
 from dralet.drivers import example
 from dralet.kube import access
 from dralet.node import directories, factory
@@ -58,54 +59,32 @@ def _gate(item: str) -> tuple[str, bool]:
     return gate, value.lower() == "true"
 
 
-def _option(item: str) -> tuple[str, str]:
-    key, sep, value = item.partition("=")
-    if not key or not sep:
-        raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
-    return key, value
-
-
 def _driver_options(
     driver_options: tuple[str, ...], gpus: int | None, prepare_delay: tuple[str, ...]
 ) -> dict[str, str]:
-    options = dict(_option(item) for item in driver_options)
+    pairs = dict(options.driver_option(item) for item in driver_options)
     if gpus is not None:
-        options["gpus"] = str(gpus)
+        pairs["gpus"] = str(gpus)
     for item in prepare_delay:
         seconds = item.partition("=")[2]
         try:
             float(seconds)
         except ValueError:
             raise click.BadParameter(f"expected DEVICE=SECONDS, got {item!r}") from None
-        previous = options.get("prepare-delay")
-        options["prepare-delay"] = f"{previous},{item}" if previous else item
-    return options
+        previous = pairs.get("prepare-delay")
+        pairs["prepare-delay"] = f"{previous},{item}" if previous else item
+    return pairs
 
 
-@click.command("run")
-@click.option(
-    "--driver",
-    "driver",
-    envvar="DRALET_DRIVER",
-    default="example",
-    show_default=True,
-    help="Backend to run: an installed driver (entry point of the dralet.drivers group: "
-    "example, example-strict, ...) or package.module:factory ($DRALET_DRIVER).",
+@click.command(
+    "run",
+    epilog=exits.epilog(
+        "the driver stopped on an error it cannot recover from",
+        [(directories.EXIT_UNUSABLE_DIRECTORY, "a plugin, registry, CDI or state dir is unusable")],
+        bad_input="an unknown driver, no API access without --standalone",
+    ),
 )
-@click.option(
-    "--driver-config",
-    type=click.Path(path_type=Path, dir_okay=False),
-    envvar="DRALET_DRIVER_CONFIG",
-    default=None,
-    help="The driver's own configuration file, handed to its factory ($DRALET_DRIVER_CONFIG).",
-)
-@click.option(
-    "--driver-option",
-    "driver_options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="An option for the driver's factory (repeatable).",
-)
+@options.driver(default="example")
 @click.option("--driver-name", default=example.DRIVER_NAME, show_default=True)
 @click.option("--node-name", envvar="NODE_NAME", required=True, help="This node ($NODE_NAME).")
 @click.option(
@@ -150,15 +129,7 @@ def _driver_options(
     default=_default(DriverSettings, "pod_uid"),
     help="Per-instance socket names for rolling updates (Kubernetes >= 1.33).",
 )
-@click.option("--api-url", default=None, help="API server URL without auth (test stand-ins).")
-@click.option(
-    "--kubeconfig",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Kubeconfig file [default: $KUBECONFIG, then in-cluster, then ~/.kube/config].",
-)
-@click.option("--context", "kube_context", default=None, help="Kubeconfig context to use.")
-@click.option("--in-cluster", is_flag=True, help="Use the pod's service account.")
+@options.api_access()
 @click.option(
     "--standalone",
     is_flag=True,
@@ -285,9 +256,9 @@ def command(
             unhealthy_taint_effect=_TAINT_EFFECTS[unhealthy_taint_effect],
         ),
     )
-    options = _driver_options(driver_options, gpus, prepare_delay)
+    pairs = _driver_options(driver_options, gpus, prepare_delay)
     try:
-        config = factory.DriverConfig.read(driver_config, options)
+        config = factory.DriverConfig.read(driver_config, pairs)
         run(driver, settings, config=config)
     except KeyboardInterrupt:
         sys.exit(130)

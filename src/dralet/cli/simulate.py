@@ -21,6 +21,7 @@ import yaml
 
 from dralet.allocation import allocator, manifests, model, simulation
 from dralet.cli import exits
+from dralet.kube import access
 from dralet.validation.targets import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
 
 __all__ = ["command"]
@@ -63,20 +64,30 @@ def _documents(paths: Iterable[str]) -> list[Any]:
     return documents
 
 
-def _read_cluster(kubeconfig: str) -> list[Any]:
-    """Slices, classes and claims of a live cluster (Nodes are not read)."""
+def _read_cluster(kubeconfig: Path | None, context: str | None) -> list[Any]:
+    """Slices, classes and claims of a live cluster (Nodes are not read), found like
+    kubectl finds it: ``--kubeconfig``, ``$KUBECONFIG``, in-cluster, ``~/.kube/config``."""
     import asyncio
 
     from dralet import kube  # imported here: the API client takes a second to load
 
+    try:
+        api = access.resolve(kubeconfig=kubeconfig, context=context)
+    except access.ApiAccessError as error:
+        raise BadInput(str(error)) from None
+    if api is None:
+        raise BadInput(
+            "--context: no kubeconfig (give --kubeconfig, set $KUBECONFIG or create ~/.kube/config)"
+        )
+
     async def read() -> list[Any]:
-        async with await kube.connect(kubeconfig=kubeconfig) as client:
+        async with await kube.connect(api_access=api) as client:
             inventory = await kube.read_inventory(client)
         return [*inventory.slices, *inventory.device_classes, *inventory.claims]
 
     try:
         return asyncio.run(read())
-    except (kube.ApiError, OSError) as error:
+    except (kube.ApiError, access.ApiAccessError, OSError) as error:
         raise BadInput(f"reading the cluster: {error}") from None
 
 
@@ -222,7 +233,7 @@ def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-@click.command(name="simulate", epilog=exits.EPILOG)
+@click.command(name="simulate", epilog=exits.epilog("a claim or pod that does not fit"))
 @click.argument("paths", nargs=-1, type=click.Path(exists=True))
 @click.option("--slices", multiple=True, type=click.Path(exists=True), help="ResourceSlices.")
 @click.option("--classes", multiple=True, type=click.Path(exists=True), help="DeviceClasses.")
@@ -232,7 +243,14 @@ def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
     type=click.Path(exists=True),
     help="ResourceClaims or ResourceClaimTemplates (and Nodes, for nodeSelector slices).",
 )
-@click.option("--kubeconfig", type=click.Path(exists=True), help="Also read a live cluster.")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also read a live cluster (with only --context: $KUBECONFIG or ~/.kube/config).",
+)
+@click.option(
+    "--context", "kube_context", default=None, help="Kubeconfig context; also reads the cluster."
+)
 @click.option("--node-name", "--node", "node", help="Allocate on this node only.")
 @click.option("--explain", is_flag=True, help="Say why each device was not chosen.")
 @click.option(
@@ -263,7 +281,8 @@ def command(
     slices: tuple[str, ...],
     classes: tuple[str, ...],
     claims: tuple[str, ...],
-    kubeconfig: str | None,
+    kubeconfig: Path | None,
+    kube_context: str | None,
     node: str | None,
     explain: bool,
     output: str,
@@ -281,8 +300,8 @@ def command(
     scheduler may pick other, equivalent devices.
     """
     documents = _documents([*paths, *slices, *classes, *claims])
-    if kubeconfig is not None:
-        documents.extend(_read_cluster(kubeconfig))
+    if kubeconfig is not None or kube_context is not None:
+        documents.extend(_read_cluster(kubeconfig, kube_context))
     try:
         inputs = manifests.decode_objects(documents)
     except manifests.ManifestError as error:

@@ -23,7 +23,10 @@ from dralet.validation.targets import (
 __all__ = ["command"]
 
 
-@click.command(name="validate", epilog=exits.EPILOG)
+@click.command(
+    name="validate",
+    epilog=exits.epilog("errors in the manifests (warnings too with --strict)"),
+)
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, allow_dash=True))
 @click.option(
     "--kubernetes-version",

@@ -24,6 +24,7 @@ from typing import TypeVar
 import grpc
 
 from dralet import kubelet as emulator
+from dralet import releases
 from dralet.conformance import checks
 from dralet.conformance.cases import CASE_NAMES, CASES
 from dralet.conformance.cdifiles import SpecWatch
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-KUBELET_VERSIONS = ("1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
+KUBELET_VERSIONS = releases.KUBERNETES_RELEASES
 NAME_PREFIX = "dralet-conformance"
 TOKEN_BYTES = 3
 DISCOVERY_POLL_INTERVAL = 0.01

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dralet import releases
+
 __all__ = [
     "DEFAULT_KUBERNETES_VERSION",
     "DRA_KINDS",
@@ -25,9 +27,9 @@ __all__ = [
 
 RESOURCE_GROUP = "resource.k8s.io"
 DRA_KINDS = ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
-SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
-DEFAULT_KUBERNETES_VERSION = SUPPORTED_KUBERNETES_VERSIONS[-1]
-"""The newest release dralet knows: what a new cluster runs."""
+SUPPORTED_KUBERNETES_VERSIONS = releases.through("1.35")
+"""The releases whose API rules (below) dralet validates against."""
+DEFAULT_KUBERNETES_VERSION = releases.newest(SUPPORTED_KUBERNETES_VERSIONS)
 
 _SERVED_FROM = {"v1beta1": 32, "v1beta2": 33, "v1": 34}
 """The minor Kubernetes release that first serves each resource.k8s.io version."""
