@@ -38,7 +38,7 @@ from dralet.node.backend import (
     PreparedDevice,
 )
 
-__all__ = ["AnyBackend", "Invoker", "is_claim_backend", "normalize"]
+__all__ = ["AnyBackend", "BackendTimeoutError", "Invoker", "is_claim_backend", "normalize"]
 
 FP_BACKEND_PREPARE_BEFORE = "backend.prepare.before"
 FP_BACKEND_PREPARE_AFTER = "backend.prepare.after"
@@ -53,6 +53,10 @@ failpoints.declare(
 
 AnyBackend = ClaimBackend | DeviceBackend
 """What ``dralet.run`` accepts: a v2 ``ClaimBackend`` or a v1 ``DeviceBackend``."""
+
+
+class BackendTimeoutError(errors.TemporaryError):
+    """A backend call did not return within its timeout; what it did is not known."""
 
 
 def is_claim_backend(backend: object) -> bool:
@@ -110,8 +114,8 @@ class Invoker:
         if self._abandoned.get(uid) is future:
             del self._abandoned[uid]
 
-    def _timed_out(self, what: str) -> errors.TemporaryError:
-        return errors.TemporaryError(f"backend {what} did not return within {self.timeout:g}s")
+    def _timed_out(self, what: str) -> BackendTimeoutError:
+        return BackendTimeoutError(f"backend {what} did not return within {self.timeout:g}s")
 
     # ------------------------------------------------------------------ v2 methods
 

@@ -38,6 +38,7 @@ from dralet.node.claims import source
 from dralet.node.claims.calls import Calls, allocated
 from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.store import RecordStore, now_stamp
+from dralet.node.invoke import BackendTimeoutError
 from dralet.node.settings import DriverSettings
 
 __all__ = ["Steps"]
@@ -162,9 +163,14 @@ class Steps:
             raise
         except Exception as exc:
             # ``record`` holds every state the backend returned so far, recorded or not;
-            # a device without one never returned from ``prepare`` in this process.
+            # a device without one never returned from ``prepare`` in this process, unless
+            # the call timed out: then what it did is unknown and its states are asked for.
             try:
-                await self.teardown(record, reason=f"prepare failed: {exc}", in_process=True)
+                await self.teardown(
+                    record,
+                    reason=f"prepare failed: {exc}",
+                    in_process=not isinstance(exc, BackendTimeoutError),
+                )
             except (asyncio.CancelledError, errors.IrreversibleError):
                 raise
             except Exception as undo:  # noqa: BLE001 - reported in the claim's answer
