@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from dralet import errors
+from dralet.cdi.spec import ContainerEdits
 from dralet.checkpoint.model import DeviceRecord
 from dralet.node.backend import (
     AllocatedDevice,
@@ -188,7 +190,7 @@ class Blocking:
         self.released.append(list(states))
         self.holding.difference_update(d.device for d in allocation.devices)
 
-    def devices_in_use(self) -> dict[str, list[str]]:
+    def devices_in_use(self) -> dict[str, Any]:
         return {}
 
     def survives_reboot(self, device: AllocatedDevice, state: Mapping[str, Any]) -> bool:
@@ -198,9 +200,7 @@ class Blocking:
         return {}
 
 
-def _edits() -> Any:
-    from dralet.cdi.spec import ContainerEdits
-
+def _edits() -> ContainerEdits:
     return ContainerEdits(env=("X=1",))
 
 
@@ -221,8 +221,6 @@ async def test_a_sync_backend_runs_in_a_thread() -> None:
 async def test_a_sync_call_past_its_timeout_is_temporary_and_blocks_the_claim_until_it_ends() -> (
     None
 ):
-    from dralet import errors
-
     backend = Blocking()
     invoker = Invoker(backend, timeout=0.05)
     with pytest.raises(errors.TemporaryError, match="did not return within"):

@@ -92,19 +92,26 @@ class Invoker:
         future = asyncio.get_running_loop().run_in_executor(
             None, functools.partial(context.run, fn, *args)
         )
-        done, _ = await asyncio.wait({future}, timeout=self.timeout)
+        try:
+            done, _ = await asyncio.wait({future}, timeout=self.timeout)
+        except asyncio.CancelledError:
+            self._abandon(uid, future)  # the thread runs on; the claim waits for it
+            raise
         if not done:
-            if uid is not None:
-                self._abandoned[uid] = future
-                future.add_done_callback(lambda _: self._forget(uid, future))
-            # Retrieve its outcome when it ends, so it is never logged as unretrieved.
-            future.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._abandon(uid, future)
             raise self._timed_out(what)
         result = future.result()
         if inspect.isawaitable(result):
             # A plain ``def`` that returned an awaitable (a wrapper or a mock).
             return await result
         return result
+
+    def _abandon(self, uid: str | None, future: asyncio.Future[Any]) -> None:
+        if uid is not None:
+            self._abandoned[uid] = future
+            future.add_done_callback(lambda _: self._forget(uid, future))
+        # Retrieve its outcome when it ends, so it is never logged as unretrieved.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     def _hit(self, name: str) -> None:
         if self.hit_failpoints:
