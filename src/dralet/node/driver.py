@@ -31,7 +31,7 @@ from dralet.metrics import DriverMetrics
 from dralet.node import directories, factory
 from dralet.node.claims import ClaimSource, RecoveryReport
 from dralet.node.config import Settings
-from dralet.node.invoke import AnyBackend
+from dralet.node.invoke import AnyBackend, normalize
 from dralet.node.publisher import SlicePublisher
 from dralet.node.runner import BackgroundWork, NodeServer
 
@@ -154,7 +154,7 @@ class Driver:
         if s.publish:
             publisher = SlicePublisher(
                 client,
-                self.backend,
+                normalize(self.backend, timeout=s.driver.backend_call_timeout),
                 driver=s.driver.driver_name,
                 node_name=s.driver.node_name,
                 pool=s.driver.pool_name,
