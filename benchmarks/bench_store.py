@@ -70,6 +70,11 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def traced_child(strace_pid: int) -> int:
+    """The driver strace started (its one child)."""
+    return int(Path(f"/proc/{strace_pid}/task/{strace_pid}/children").read_text().split()[0])
+
+
 @dataclass
 class Node:
     root: Path
@@ -80,8 +85,8 @@ class Node:
 
     def rss_mb(self) -> float:
         pid = self.process.pid
-        if self.trace is not None:  # strace's child is the driver
-            pid = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+        if self.trace is not None:
+            pid = traced_child(pid)
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
@@ -127,6 +132,8 @@ async def node(
         yield Node(root, process, plugin, kubelet, trace_path)
     finally:
         await kubelet.close()
+        if trace_path is not None:  # strace does not pass SIGTERM on to the driver
+            os.kill(traced_child(process.pid), signal.SIGTERM)
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout=60)
@@ -260,6 +267,7 @@ async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]
             cdi_dir=cdi_tmpfs,
         ) as main:
             rpc = await rpc_floor(main.plugin)
+            await cycles(main.plugin, singles[: len(singles) // 4])  # warm-up, not measured
             empty = await cycles(main.plugin, singles)
             one_claim = []
             for ref in singles[: args.cycles // 2]:

@@ -29,8 +29,9 @@ from tests.k8scluster import Cluster
 
 DRIVER_NAMESPACE = "dralet"
 IDENTITY_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-"""What the chart grants the driver. Its admission policies are left out here: they need a
-pod-bound token (with the node name), which the real-cluster tests do not mint."""
+"""What the chart grants the driver. Its admission policies are applied only by
+``tests/k8s/test_admission_policies.py``, which mints the pod-bound token (with the node
+name) they require: the other tests' token names no node and would be refused."""
 
 
 def driver_identity() -> list[dict[str, Any]]:

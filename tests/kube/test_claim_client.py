@@ -212,3 +212,32 @@ async def test_connect_in_cluster(
             headers, [], ["BearerToken"], "/", "GET", None
         )
         assert headers["authorization"].lower() == "bearer service-account-token"
+
+
+async def test_adding_the_finalizer_to_a_claim_just_read_reads_it_no_more(
+    apiserver: ApiServer, client: kube.KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _claim(apiserver)
+    source = kube.ClaimClient(client)
+    current = await source.get_claim("default", "c1")
+    reads: list[str] = []
+    real_get = client.get
+
+    async def counting_get(*args: Any, **kwargs: Any) -> Any:
+        reads.append(str(args[1]))
+        return await real_get(*args, **kwargs)
+
+    monkeypatch.setattr(client, "get", counting_get)
+    created_uid = current["metadata"]["uid"] if current else ""
+    assert await source.add_finalizer("default", "c1", created_uid, FINALIZER, current=current)
+    assert reads == []  # the prepare's one read served the patch's precondition too
+    assert _finalizers(apiserver) == [FINALIZER]
+
+    # A claim that changed since it was read costs one conflict and one fresh read.
+    apiserver.patch(
+        "ResourceClaim", "c1", {"metadata": {"labels": {"x": "y"}}}, namespace="default"
+    )
+    stale = dict(current or {})
+    assert await source.add_finalizer("default", "c1", created_uid, "other/f", current=stale)
+    assert reads == ["c1"]
+    assert sorted(_finalizers(apiserver)) == sorted([FINALIZER, "other/f"])

@@ -149,13 +149,19 @@ def decode_record(uid: str, data: str) -> ClaimRecord:
     # Only a surrogate escape can spell a lone surrogate, which no row could store
     # again: the (costly) write-back check runs just when the text holds one.
     if _SURROGATE_ESCAPE.search(data):
-        try:
-            encode_record(record).encode()
-        except UnicodeEncodeError as exc:
-            raise CodecError("record holds a string with a lone surrogate") from exc
-        except (RecursionError, ValueError) as exc:
-            raise CodecError(f"record cannot be written back ({type(exc).__name__})") from exc
+        _check_writable(_record_to_dict(record), "record")
     return record
+
+
+def _check_writable(value: Any, what: str) -> None:
+    """JSON escapes can spell lone surrogates, which no file or row can store: such a
+    value could be read but never written back."""
+    try:
+        _canonical(value).encode()
+    except UnicodeEncodeError as exc:
+        raise CodecError(f"{what} holds a string with a lone surrogate") from exc
+    except (RecursionError, ValueError) as exc:
+        raise CodecError(f"{what} cannot be written back ({type(exc).__name__})") from exc
 
 
 def _device_from_dict(value: Any) -> DeviceRecord:
@@ -257,14 +263,7 @@ def decode(raw: bytes) -> tuple[Checkpoint, int]:
     if envelope.get("checksum") != expected:
         raise CodecError("checksum mismatch: the file was changed or truncated")
     doc = _mapping(_parse_json(data, "'data'"), "'data'")
-    try:
-        # JSON escapes can spell lone surrogates, which no file can store: such a record
-        # could be read but never written back.
-        _canonical(doc).encode()
-    except UnicodeEncodeError as exc:
-        raise CodecError("'data' holds a string with a lone surrogate") from exc
-    except (RecursionError, ValueError) as exc:
-        raise CodecError(f"'data' cannot be written back ({type(exc).__name__})") from exc
+    _check_writable(doc, "'data'")
     version = read_version = _version(doc)
     if version > CURRENT_VERSION:
         raise CodecError(

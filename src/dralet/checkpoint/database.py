@@ -231,8 +231,7 @@ class RecordDatabase:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise errors.CheckpointCorruptError(str(self.path), f"cannot use WAL ({mode})")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _transaction(conn):
                 for statement in _SCHEMA:
                     conn.execute(statement)
                 stored = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
@@ -248,11 +247,6 @@ class RecordDatabase:
                         f"this release reads up to {SCHEMA_VERSION}); refusing to guess",
                     )
                 self._migrate(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
             self._retire_legacy()
         except sqlite3.DatabaseError as exc:
             raise self._failure(exc) from exc
@@ -373,18 +367,12 @@ class RecordDatabase:
                 keeping.append(op)
         conn = self._connect()
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _transaction(conn):
                 self._free(conn, [op for _, op in freeing])
                 self._store(conn, [op.record for op in keeping])
                 for index, op in checked:
                     results[index] = self._checked(conn, op)
                 failpoints.hit(FP_COMMIT_BEFORE)
-                conn.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
         except sqlite3.DatabaseError as exc:
             raise self._failure(exc) from exc
         failpoints.hit(FP_COMMIT_AFTER)
@@ -456,6 +444,20 @@ class RecordDatabase:
     def files(self) -> Iterable[Path]:
         """The store's files as they are on disk now."""
         return [Path(f"{self.path}{s}") for s in ("", *_COMPANIONS)]
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction, taking the database's write lock at once; committed when the
+    block ends, rolled back if it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")  # a COMMIT that failed may leave it open
+        raise
 
 
 def _row(record: ClaimRecord) -> tuple[str, str, str, str]:

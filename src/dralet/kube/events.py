@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from dralet.kube import resources
-from dralet.kube.client import KubeClient
+
+if TYPE_CHECKING:
+    from dralet.kube.client import KubeClient
 
 __all__ = ["NodeEvents"]
 

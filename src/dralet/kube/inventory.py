@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dralet.kube import resources, versions
-from dralet.kube.client import KubeClient
+
+if TYPE_CHECKING:
+    from dralet.kube.client import KubeClient
 
 __all__ = [
     "ResourceInventory",

@@ -6,9 +6,13 @@ claims and writes slices in whichever of these is newest on the server it talks 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dralet import errors
 from dralet.kube import resources
-from dralet.kube.client import KubeClient
+
+if TYPE_CHECKING:
+    from dralet.kube.client import KubeClient
 
 __all__ = ["UnsupportedServerError", "negotiate_resource_version", "newest_supported"]
 

@@ -11,12 +11,14 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from dralet.kube import resources, status
-from dralet.kube.client import KubeClient
+
+if TYPE_CHECKING:
+    from dralet.kube.client import KubeClient
 
 __all__ = ["Change", "follow"]
 

@@ -21,12 +21,10 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from dralet import logs
 from dralet.kube import access
-from dralet.kube.claims import ClaimClient
-from dralet.kube.client import KubeClient, connect
-from dralet.kube.events import NodeEvents
 from dralet.metrics import DriverMetrics
 from dralet.node import directories, factory
 from dralet.node.claims import ClaimSource, RecoveryReport
@@ -34,6 +32,9 @@ from dralet.node.config import Settings
 from dralet.node.invoke import AnyBackend, normalize
 from dralet.node.publisher import SlicePublisher
 from dralet.node.runner import BackgroundWork, NodeServer
+
+if TYPE_CHECKING:
+    from dralet.kube.client import KubeClient
 
 __all__ = ["Driver", "run"]
 
@@ -145,6 +146,12 @@ class Driver:
             raise
 
     async def _connected(self, api: access.ApiAccess) -> NodeServer:
+        # The API client is imported only here: a standalone driver (and its memory)
+        # never loads it.
+        from dralet.kube.claims import ClaimClient
+        from dralet.kube.client import connect
+        from dralet.kube.events import NodeEvents
+
         s = self.settings
         client = await connect(api_access=api, settings=s.api.client, metrics=self.metrics)
         self._client = client

@@ -21,19 +21,21 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from dralet import errors
 from dralet.kube import features, resources, shapes, slices, status, versions, watching
-from dralet.kube.client import KubeClient
 from dralet.kube.events import NodeEvents
 from dralet.kube.inventory import slice_field_selector
 from dralet.metrics import DriverMetrics
 from dralet.node import devices, published
 from dralet.node.backend import HealthStatus
 from dralet.node.invoke import AnyBackend, Invoker, normalize
+
+if TYPE_CHECKING:
+    from dralet.kube.client import KubeClient
 
 __all__ = ["PublisherSettings", "SlicePublisher"]
 
