@@ -145,7 +145,7 @@ async def test_two_instances_never_interleave_on_a_claim_or_the_checkpoint(
     assert snapshot.checkpoint is not None
     assert sorted(snapshot.checkpoint.claims) == sorted(r.uid for r in refs[:2])
     assert sorted(snapshot.in_use.items() if snapshot.in_use else []) == [
-        ("gpu-0", refs[0].uid),
-        ("gpu-1", refs[1].uid),
+        ("gpu-0", frozenset({refs[0].uid})),
+        ("gpu-1", frozenset({refs[1].uid})),
     ]
     assert all(p.alive for p in two.processes)

@@ -143,7 +143,7 @@ def test_a_module_factory_that_cannot_load_is_one_error(
     ("factory", "message"),
     [
         ("broken_factory", "could not start: RuntimeError: no cards found on the PCI bus"),
-        ("not_a_backend", "returned object, not a DeviceBackend (missing: devices, prepare"),
+        ("not_a_backend", "returned object, not a ClaimBackend (missing: devices, prepare_claim"),
     ],
 )
 async def test_a_failing_factory_names_the_driver_and_leaves_nothing_running(

@@ -88,3 +88,35 @@ async def test_passes_conformance_through_the_facade(root: Path) -> None:
     assert result.failed() == [], result.to_json()
     assert {case.status for case in result.cases} == {"pass"}
     assert not list(settings.driver.cdi_dir.glob("*.json"))
+
+
+def _allocation(*configs: dralet.DeviceConfig, devices: int = 1) -> dralet.ClaimAllocation:
+    claim = dralet.ClaimRef(dralet.ClaimUID("uid-1"), "default", "c")
+    return dralet.ClaimAllocation(
+        claim,
+        tuple(
+            dralet.AllocatedDevice(request="fpga", pool=NODE, device=f"fpga-{i}", configs=configs)
+            for i in range(devices)
+        ),
+        configs,
+    )
+
+
+def test_configs_apply_in_precedence_order_and_clock_only_from_the_class(root: Path) -> None:
+    fpgas = AcmeFPGAs(state_dir=root, count=2)
+    from_class = dralet.DeviceConfig("class", (), {"bitstream": "class.bit", "clockMHz": 300})
+    from_claim = dralet.DeviceConfig("claim", ("fpga",), {"bitstream": "claim.bit"})
+    prepared = fpgas.prepare_claim(_allocation(from_class, from_claim, devices=2))
+    assert [p.state for p in prepared] == [{"bitstream": "claim.bit", "clockMHz": 300}] * 2
+    assert "ACME_FPGA_1_CLOCK_MHZ=300" in prepared[1].edits.env
+    assert fpgas.devices_in_use() == {"fpga-0": "uid-1", "fpga-1": "uid-1"}
+    fpgas.release_claim(_allocation(from_class, from_claim, devices=2), [{}, {}])
+    assert fpgas.devices_in_use() == {}
+
+
+def test_a_claim_cannot_set_the_clock_and_nothing_is_programmed(root: Path) -> None:
+    fpgas = AcmeFPGAs(state_dir=root, count=2)
+    overclock = dralet.DeviceConfig("claim", (), {"clockMHz": 900})
+    with pytest.raises(dralet.ClaimError, match="only be set by a DeviceClass"):
+        fpgas.prepare_claim(_allocation(overclock, devices=2))
+    assert fpgas.devices_in_use() == {}

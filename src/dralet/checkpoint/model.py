@@ -15,7 +15,12 @@ from typing import Any
 __all__ = ["Checkpoint", "ClaimRecord", "ClaimState", "DeviceRecord"]
 
 CONFIG_KEY = "config"
-"""``backend_state`` key of the claim's opaque device configuration (from the API)."""
+"""``backend_state`` key of the opaque parameters that apply to the device, as records
+written before configs kept their source had them (read, never written)."""
+CONFIGS_KEY = "configs"
+"""``backend_state`` key of the configs that apply to the device, in precedence order:
+``{"source": "class"|"claim", "requests": [...], "parameters": {...}, "order": n}``
+(``order``: its place among all of the claim's configs for this driver)."""
 PREPARED_STATE_KEY = "preparedState"
 """``backend_state`` key of what ``backend.prepare`` returned; present once it returned."""
 
@@ -44,11 +49,23 @@ class DeviceRecord:
     admin_access: bool = False
     share_id: str = ""
     backend_state: Mapping[str, Any] = field(default_factory=dict)
-    """``{"config": [...opaque parameters...], "preparedState": {...}}``."""
+    """``{"configs": [...], "preparedState": {...}}``."""
+
+    @property
+    def configs(self) -> tuple[Mapping[str, Any], ...]:
+        """The configs that apply to the device (see ``CONFIGS_KEY``); an older record's
+        bare parameters read as claim configs for every request."""
+        if CONFIGS_KEY in self.backend_state:
+            return tuple(self.backend_state[CONFIGS_KEY])
+        return tuple(
+            {"source": "claim", "requests": [], "parameters": dict(p), "order": i}
+            for i, p in enumerate(self.backend_state.get(CONFIG_KEY, ()))
+        )
 
     @property
     def config(self) -> tuple[Mapping[str, Any], ...]:
-        return tuple(self.backend_state.get(CONFIG_KEY, ()))
+        """The ``parameters`` of ``configs``, in precedence order."""
+        return tuple(c.get("parameters") or {} for c in self.configs)
 
     @property
     def prepared(self) -> bool:
@@ -64,10 +81,12 @@ class DeviceRecord:
         """
         if PREPARED_STATE_KEY in self.backend_state:
             return dict(self.backend_state[PREPARED_STATE_KEY])
-        return {k: v for k, v in self.backend_state.items() if k != CONFIG_KEY}
+        return {k: v for k, v in self.backend_state.items() if k not in (CONFIG_KEY, CONFIGS_KEY)}
 
     def with_prepared_state(self, state: Mapping[str, Any]) -> DeviceRecord:
-        kept = {CONFIG_KEY: list(self.config)} if self.config else {}
+        kept = {
+            k: self.backend_state[k] for k in (CONFIG_KEY, CONFIGS_KEY) if k in self.backend_state
+        }
         return replace(self, backend_state={**kept, PREPARED_STATE_KEY: dict(state)})
 
 

@@ -15,7 +15,7 @@ from dralet.testing.strict import StrictBackend
 __all__ = ["example_strict"]
 
 
-def example_strict(settings: dralet.Settings, config: dralet.DriverConfig) -> dralet.DeviceBackend:
+def example_strict(settings: dralet.Settings, config: dralet.DriverConfig) -> StrictBackend:
     """``dralet.BackendFactory`` of ``example-strict``."""
     gpus = simulated_gpus(settings, config)
     return StrictBackend(state_dir=settings.state_dir / "strict", inner=gpus)

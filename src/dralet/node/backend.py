@@ -1,18 +1,25 @@
-"""The ``DeviceBackend`` protocol a driver implements, and the values it trades in.
+"""The backend protocols a driver implements, and the values they trade in.
 
-A backend knows hardware and nothing else: it lists its devices, prepares one device for
-one claim (returning the container edits that give a container access), and releases it.
+A backend knows hardware and nothing else: it lists its devices, prepares a claim's
+devices (returning the container edits that give a container access), and releases them.
 The framework owns everything around that: ordering, the checkpoint, CDI files, locks,
 recovery, the kubelet protocol. Every backend method must be idempotent: the framework
-may call ``prepare`` or ``release`` again for the same claim and device after a crash.
+may call ``prepare_claim`` or ``release_claim`` again for the same claim after a crash.
+
+``ClaimBackend`` (contract v2) is claim-level, like the Go helper's
+``DRAPlugin.PrepareResourceClaims`` (k8s.io/dynamic-resource-allocation/kubeletplugin):
+one call sees all of a claim's devices for this driver and its opaque configs in
+precedence order. Its methods may be plain ``def`` (run in a thread pool) or ``async
+def``. ``DeviceBackend`` (v1, per device, async only) still works: the framework adapts
+it (``dralet.node.invoke``).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NewType, Protocol, runtime_checkable
+from typing import Any, Literal, NewType, Protocol, TypeAlias, TypeVar, Union, runtime_checkable
 
 from dralet.cdi.spec import ContainerEdits
 from dralet.node.devices import AttributeValue, Device, Version
@@ -20,12 +27,16 @@ from dralet.node.devices import AttributeValue, Device, Version
 __all__ = [
     "AllocatedDevice",
     "AttributeValue",
+    "ClaimAllocation",
+    "ClaimBackend",
     "ClaimRef",
     "ClaimUID",
     "Device",
     "DeviceBackend",
+    "DeviceConfig",
     "DeviceHealth",
     "HealthStatus",
+    "PartialPrepareError",
     "PreparedDevice",
     "Version",
 ]
@@ -42,16 +53,73 @@ class ClaimRef:
     name: str
 
 
+ConfigSource = Literal["class", "claim"]
+
+_T = TypeVar("_T")
+MaybeAwaitable: TypeAlias = Union[_T, Awaitable[_T]]  # noqa: UP007 - a generic alias
+"""What a backend method returns: a value (plain ``def``) or an awaitable (``async def``)."""
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """One opaque configuration for this driver from a claim's allocation.
+
+    ``source`` is ``"class"`` (from the DeviceClass) or ``"claim"`` (from the claim's
+    own ``spec.devices.config``); ``requests`` names the requests it applies to (empty:
+    all of them); ``parameters`` is the opaque ``parameters`` object as written.
+    """
+
+    source: ConfigSource
+    requests: tuple[str, ...]
+    parameters: Mapping[str, Any]
+
+    def applies_to(self, request: str) -> bool:
+        """Whether this config applies to ``request`` (``req`` or a subrequest ``req/sub``)."""
+        if not self.requests:
+            return True
+        return request in self.requests or request.split("/", 1)[0] in self.requests
+
+
 @dataclass(frozen=True)
 class AllocatedDevice:
-    """One allocation result of a claim that this driver must prepare."""
+    """One allocation result of a claim that this driver must prepare.
+
+    ``configs`` are the configs that apply to this device's request, in precedence order
+    (class before claim; later wins). ``consumed_capacity`` (1.34+ consumable capacity)
+    and ``tolerations`` (1.33+ device taints) are copied from the allocation result;
+    ``extra`` keeps any other field of the result as the API sent it, so a backend can
+    read fields newer than this release of dralet.
+    """
 
     request: str
     pool: str
     device: str
     admin_access: bool = False
     share_id: str = ""
-    config: tuple[Mapping[str, Any], ...] = ()
+    configs: tuple[DeviceConfig, ...] = ()
+    consumed_capacity: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> tuple[Mapping[str, Any], ...]:
+        """The ``parameters`` of ``configs``, in precedence order (the v1 view)."""
+        return tuple(c.parameters for c in self.configs)
+
+
+@dataclass(frozen=True)
+class ClaimAllocation:
+    """What ``ClaimBackend.prepare_claim`` and ``release_claim`` receive.
+
+    ``devices``: the claim's allocation results for this driver on this node.
+    ``configs``: every opaque config for this driver in precedence order (all DeviceClass
+    configs, then all claim configs, each group in API order; a later config wins over
+    an earlier one for the requests both apply to).
+    """
+
+    claim: ClaimRef
+    devices: tuple[AllocatedDevice, ...]
+    configs: tuple[DeviceConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +132,22 @@ class PreparedDevice:
 
     edits: ContainerEdits
     state: Mapping[str, Any] = field(default_factory=dict)
+
+
+class PartialPrepareError(Exception):
+    """``prepare_claim`` failed after preparing some of the devices.
+
+    ``prepared`` lines up with ``ClaimAllocation.devices``: the result of each device
+    that was prepared, None for the others. The framework records those states and
+    releases with them; ``cause`` is the error reported for the claim. A backend that
+    raises anything else from ``prepare_claim`` must leave nothing held, or accept a
+    ``release_claim`` with empty states for the devices it did prepare.
+    """
+
+    def __init__(self, cause: BaseException, prepared: Sequence[PreparedDevice | None]) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.prepared = tuple(prepared)
 
 
 class HealthStatus(enum.Enum):
@@ -79,8 +163,55 @@ class DeviceHealth:
 
 
 @runtime_checkable
+class ClaimBackend(Protocol):
+    """What a driver author implements (contract v2).
+
+    Every method may be ``def`` (run in a thread pool) or ``async def``; each call is
+    bounded by ``DriverSettings.backend_call_timeout`` (a call that exceeds it fails the
+    claim with a retryable error and is rolled back like any failed prepare).
+    """
+
+    def devices(self) -> MaybeAwaitable[Sequence[Device]]:
+        """Every device this node offers, in a stable order."""
+        ...
+
+    def prepare_claim(
+        self, allocation: ClaimAllocation
+    ) -> MaybeAwaitable[Sequence[PreparedDevice]]:
+        """Prepare all of ``allocation.devices``; one result per device, in the same order.
+
+        The same call again returns the same results. On a failure after some devices
+        were prepared, raise ``PartialPrepareError`` so they are released with their state.
+        """
+        ...
+
+    def release_claim(
+        self, allocation: ClaimAllocation, states: Sequence[Mapping[str, Any]]
+    ) -> MaybeAwaitable[None]:
+        """Undo ``prepare_claim``: ``states[i]`` is the state recorded for device ``i``
+        (empty if its prepare never returned); ``allocation`` carries the same configs.
+        Releasing a device that is not held by the claim is a success."""
+        ...
+
+    def devices_in_use(self) -> MaybeAwaitable[Mapping[str, str | Collection[str]]]:
+        """Device name → the claim UID (or UIDs, for a device shared by several claims
+        through consumable capacity) holding it, as the hardware says."""
+        ...
+
+    def survives_reboot(
+        self, device: AllocatedDevice, state: Mapping[str, Any]
+    ) -> MaybeAwaitable[bool]:
+        """Whether a device prepared before a reboot is still prepared after it."""
+        ...
+
+    def health(self) -> MaybeAwaitable[Mapping[str, DeviceHealth]]:
+        """Device name → current health (devices left out are UNKNOWN)."""
+        ...
+
+
+@runtime_checkable
 class DeviceBackend(Protocol):
-    """What a driver author implements."""
+    """Contract v1 (per device, async only); still accepted, adapted to ``ClaimBackend``."""
 
     async def devices(self) -> Sequence[Device]:
         """Every device this node offers, in a stable order."""

@@ -27,9 +27,9 @@ from dralet import logs
 from dralet.kube import access
 from dralet.metrics import DriverMetrics
 from dralet.node import directories, factory
-from dralet.node.backend import DeviceBackend
 from dralet.node.claims import ClaimSource, RecoveryReport
 from dralet.node.config import Settings
+from dralet.node.invoke import AnyBackend, normalize
 from dralet.node.publisher import SlicePublisher
 from dralet.node.runner import BackgroundWork, NodeServer
 
@@ -44,19 +44,19 @@ log = logging.getLogger("dralet.run")
 class Driver:
     """A DRA driver on this node: ``backend`` served to the kubelet as ``settings`` say.
 
-    ``backend`` is a ``DeviceBackend``, or the name of an installed driver (an entry point
-    of the ``dralet.drivers`` group) or ``package.module:factory``; a named driver is
-    looked up now (``DriverLoadError`` if unknown) and built by its factory with
-    ``settings`` and ``config`` once the directories are checked. ``claims`` replaces the
-    API as the source of ResourceClaims (tests; the API is still used for publishing
-    unless ``settings.api.standalone``).
+    ``backend`` is a ``ClaimBackend`` (or a v1 ``DeviceBackend``), or the name of an
+    installed driver (an entry point of the ``dralet.drivers`` group) or
+    ``package.module:factory``; a named driver is looked up now (``DriverLoadError`` if
+    unknown) and built by its factory with ``settings`` and ``config`` once the
+    directories are checked. ``claims`` replaces the API as the source of ResourceClaims
+    (tests; the API is still used for publishing unless ``settings.api.standalone``).
 
     Use ``async with Driver(...)`` or ``start()`` … ``stop()``; one ``Driver`` runs once.
     """
 
     def __init__(
         self,
-        backend: DeviceBackend | str,
+        backend: AnyBackend | str,
         settings: Settings,
         *,
         config: factory.DriverConfig | None = None,
@@ -65,7 +65,7 @@ class Driver:
     ) -> None:
         self.settings = settings
         self.metrics = metrics or DriverMetrics()
-        self._make_backend: Callable[[], DeviceBackend]
+        self._make_backend: Callable[[], AnyBackend]
         if isinstance(backend, str):
             name, driver_config = backend, config or factory.DriverConfig()
             target, make = factory.find(name)
@@ -74,7 +74,7 @@ class Driver:
         else:
             self._make_backend = lambda: backend
         self._claims = claims
-        self._backend: DeviceBackend | None = None
+        self._backend: AnyBackend | None = None
         self._server: NodeServer | None = None
         self._client: KubeClient | None = None
         self._publisher: SlicePublisher | None = None
@@ -83,7 +83,7 @@ class Driver:
         self._closing: asyncio.Future[None] | None = None
 
     @property
-    def backend(self) -> DeviceBackend:
+    def backend(self) -> AnyBackend:
         """The backend being served (built by its factory in ``start()`` when named)."""
         if self._backend is None:
             raise RuntimeError("the driver's backend is built by start()")
@@ -161,7 +161,7 @@ class Driver:
         if s.publish:
             publisher = SlicePublisher(
                 client,
-                self.backend,
+                normalize(self.backend, timeout=s.driver.backend_call_timeout),
                 driver=s.driver.driver_name,
                 node_name=s.driver.node_name,
                 pool=s.driver.pool_name,
@@ -246,34 +246,49 @@ async def serve(driver: Driver) -> None:
 
 
 def run(
-    backend: DeviceBackend | str,
+    backend: AnyBackend | str,
     settings: Settings,
     *,
     config: factory.DriverConfig | None = None,
 ) -> None:
     """Run a DRA driver on this node until SIGTERM or SIGINT: the blocking entry point.
 
-    ``backend`` is your ``dralet.DeviceBackend``, or the name of an installed driver, or
+    ``backend`` is your ``dralet.ClaimBackend``, or the name of an installed driver, or
     ``package.module:factory`` (what ``dralet run --driver`` passes). ``settings`` is a
     ``dralet.Settings``; ``config`` the named driver's own ``DriverConfig``. Raises
     ``ApiAccessError``, ``DriverLoadError``, ``DirectoryError`` or ``DriverStartError``
     (one line each) when the driver cannot start; returns after the staged shutdown.
 
-    **The backend** (``dralet.DeviceBackend``; async methods, each idempotent because
-    dralet calls them again after a crash)::
+    **The backend** (``dralet.ClaimBackend``, contract v2; each method a plain ``def``,
+    run in a thread pool, or an ``async def``; each idempotent because dralet calls them
+    again after a crash; each call bounded by ``DriverSettings.backend_call_timeout``)::
 
-        devices() -> Sequence[Device]              # every device of this node, stable order
-        prepare(claim, device) -> PreparedDevice   # ContainerEdits + JSON state
-        release(claim, device, state) -> None      # undo prepare; unknown device is OK
-        devices_in_use() -> Mapping[str, str]      # device -> claim UID, from the hardware
-        survives_reboot(device, state) -> bool     # still prepared after a reboot?
-        health() -> Mapping[str, DeviceHealth]     # left-out devices are UNKNOWN
+        devices() -> Sequence[Device]                  # this node's devices, stable order
+        prepare_claim(allocation) -> Sequence[PreparedDevice]   # one per device, in order
+        release_claim(allocation, states) -> None      # undo it; unknown devices are OK
+        devices_in_use() -> Mapping[str, str | Collection[str]]  # device -> claim UID(s)
+        survives_reboot(device, state) -> bool         # still prepared after a reboot?
+        health() -> Mapping[str, DeviceHealth]         # left-out devices are UNKNOWN
 
-    ``prepare`` gets one allocated device (``AllocatedDevice``: request, pool, device,
-    its opaque configs) of one claim (``ClaimRef``) and may be called again with the same
-    pair: it must return the same result. ``state`` is stored in dralet's checkpoint
-    before the claim is answered and is all ``release`` gets after a restart (empty when
-    the crash came before ``prepare`` returned). Raise ``TemporaryError(delay=...)`` to be
+    ``prepare_claim`` gets a ``ClaimAllocation``: the claim (``ClaimRef``), all its
+    allocation results for this driver on this node (``AllocatedDevice``: request, pool,
+    device, admin access, share ID, consumed capacity, tolerations, the configs that
+    apply to it) and all its opaque configs for this driver in precedence order
+    (``DeviceConfig``: ``source`` "class" or "claim", the ``requests`` it applies to, its
+    ``parameters``; DeviceClass configs before claim configs, a later one wins). It
+    returns one ``PreparedDevice`` (``ContainerEdits`` + JSON ``state``) per device and
+    may be called again with the same allocation: it must return the same results. All
+    states are stored in dralet's checkpoint in one write the moment it returns, before
+    the claim is answered; ``release_claim`` gets the same allocation (same configs) and
+    exactly those states (empty for a device whose prepare never returned). A failure
+    after some devices were prepared is ``PartialPrepareError(cause, results)``, so they
+    are released with their states. A call past the timeout fails the claim with a
+    retryable error and is rolled back. A device shared by several claims (consumable
+    capacity) is reported in ``devices_in_use`` with all of its claims' UIDs.
+
+    A v1 ``dralet.DeviceBackend`` (async ``prepare(claim, device)`` and ``release(claim,
+    device, state)`` per device, ``devices_in_use`` device -> one UID) still works:
+    dralet calls it device by device. Raise ``TemporaryError(delay=...)`` to be
     retried within the kubelet's deadline, ``PermanentError`` or ``ClaimError`` to fail
     that claim (rolled back, other claims go on); anything else is logged as a bug and
     fails the claim. Keep durable records in ``settings.state_dir`` and write them with
@@ -298,7 +313,7 @@ def run(
 
     with the signature of ``dralet.BackendFactory``::
 
-        def factory(settings: dralet.Settings, config: dralet.DriverConfig) -> DeviceBackend
+        def factory(settings: dralet.Settings, config: dralet.DriverConfig) -> ClaimBackend
 
     ``config.path``/``config.text`` are the ``--driver-config FILE`` (``config.load()``
     parses YAML/JSON), ``config.options`` the ``--driver-option KEY=VALUE`` pairs. The

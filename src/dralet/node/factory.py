@@ -8,8 +8,9 @@
 
 The callable is a ``BackendFactory``: it gets the driver's ``Settings`` and its
 ``DriverConfig`` (the ``--driver-config`` file and the ``--driver-option`` pairs) and
-returns the ``DeviceBackend``. It is called once the directories are checked, before
-any socket exists; whatever it raises stops the driver with one line naming it.
+returns the backend (a ``ClaimBackend``, or a v1 ``DeviceBackend``). It is called once
+the directories are checked, before any socket exists; whatever it raises stops the
+driver with one line naming it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from typing import Any, Protocol
 import yaml
 
 from dralet import errors
-from dralet.node.backend import DeviceBackend
 from dralet.node.config import Settings
+from dralet.node.invoke import AnyBackend
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -41,8 +42,24 @@ __all__ = [
 ENTRY_POINT_GROUP = "dralet.drivers"
 """The entry-point group installed driver packages register their factory in."""
 
-BACKEND_METHODS = ("devices", "prepare", "release", "devices_in_use", "survives_reboot", "health")
-"""What a factory's result must have to be used as a ``DeviceBackend``."""
+BACKEND_METHODS = (
+    "devices",
+    "prepare_claim",
+    "release_claim",
+    "devices_in_use",
+    "survives_reboot",
+    "health",
+)
+"""What a factory's result must have to be used as a ``ClaimBackend``."""
+V1_BACKEND_METHODS = (
+    "devices",
+    "prepare",
+    "release",
+    "devices_in_use",
+    "survives_reboot",
+    "health",
+)
+"""What it must have to be used as a v1 ``DeviceBackend`` instead."""
 
 
 class DriverLoadError(errors.InvalidRequestError):
@@ -97,7 +114,7 @@ class DriverConfig:
 class BackendFactory(Protocol):
     """Builds a driver's backend from the driver's settings and its own configuration."""
 
-    def __call__(self, settings: Settings, config: DriverConfig) -> DeviceBackend: ...
+    def __call__(self, settings: Settings, config: DriverConfig) -> AnyBackend: ...
 
 
 def available() -> dict[str, str]:
@@ -141,7 +158,7 @@ def find(name: str) -> tuple[str, BackendFactory]:
 
 def build(
     name: str, factory: BackendFactory, settings: Settings, config: DriverConfig
-) -> DeviceBackend:
+) -> AnyBackend:
     """Call ``factory``; whatever goes wrong is one ``DriverStartError`` naming ``name``."""
     try:
         backend = factory(settings, config)
@@ -152,9 +169,9 @@ def build(
             f"driver {name!r} could not start: {type(exc).__name__}: {exc}"
         ) from exc
     missing = [m for m in BACKEND_METHODS if not callable(getattr(backend, m, None))]
-    if missing:
+    if missing and not all(callable(getattr(backend, m, None)) for m in V1_BACKEND_METHODS):
         raise DriverStartError(
-            f"driver {name!r} returned {type(backend).__name__}, not a DeviceBackend "
+            f"driver {name!r} returned {type(backend).__name__}, not a ClaimBackend "
             f"(missing: {', '.join(missing)})"
         )
     return backend

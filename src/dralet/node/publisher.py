@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,8 @@ from dralet.kube.events import NodeEvents
 from dralet.kube.inventory import slice_field_selector
 from dralet.metrics import DriverMetrics
 from dralet.node import devices, published
-from dralet.node.backend import DeviceBackend, HealthStatus
+from dralet.node.backend import HealthStatus
+from dralet.node.invoke import AnyBackend, Invoker, normalize
 
 if TYPE_CHECKING:
     from dralet.kube.client import KubeClient
@@ -77,7 +78,7 @@ class SlicePublisher:
     def __init__(
         self,
         client: KubeClient,
-        backend: DeviceBackend,
+        backend: AnyBackend | Invoker,
         *,
         driver: str,
         node_name: str,
@@ -89,7 +90,7 @@ class SlicePublisher:
     ) -> None:
         self.client = client
         self.events = events
-        self.backend = backend
+        self.backend = normalize(backend)
         self.driver = driver
         self.node_name = node_name
         self.pool = pool or node_name
@@ -168,9 +169,7 @@ class SlicePublisher:
         resource = resources.resource_slices(version)
         owner = await self._owner()
         served = await self.served_features()
-        counter_sets: Sequence[devices.CounterSet] = ()
-        if isinstance(self.backend, devices.CounterSetSource):
-            counter_sets = await self.backend.counter_sets()
+        counter_sets = await self.backend.counter_sets()
         built = published.build_pool(
             await self.backend.devices(),
             driver=self.driver,

@@ -27,8 +27,8 @@ from grpc_health.v1._async import HealthServicer
 from dralet import errors
 from dralet.metrics import DriverMetrics
 from dralet.node import directories, service
-from dralet.node.backend import DeviceBackend
 from dralet.node.claims import ClaimEngine, ClaimSource, EventSink, RecoveryReport
+from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.node.settings import DriverSettings
 from dralet.node.tasks import TaskSet
 from dralet.protocol import wire
@@ -104,7 +104,7 @@ class NodeServer:
     def __init__(
         self,
         settings: DriverSettings,
-        backend: DeviceBackend,
+        backend: AnyBackend | Invoker,
         *,
         claims: ClaimSource | None = None,
         metrics: DriverMetrics | None = None,
@@ -113,9 +113,11 @@ class NodeServer:
         ready_after: tuple[asyncio.Event, ...] = (),
     ) -> None:
         self.settings = settings
-        self.backend = backend
+        self.backend = normalize(backend, timeout=settings.backend_call_timeout)
         self.metrics = metrics or DriverMetrics()
-        self.ledger = ClaimEngine(settings, backend=backend, claims=claims, metrics=self.metrics)
+        self.ledger = ClaimEngine(
+            settings, backend=self.backend, claims=claims, metrics=self.metrics
+        )
         self.registration = service.RegistrationServicer(
             driver_name=settings.driver_name,
             endpoint=str(settings.dra_socket),

@@ -20,8 +20,9 @@ from typing import Any
 import grpc
 
 from dralet import errors, kubenames, logs
-from dralet.node.backend import ClaimRef, ClaimUID, DeviceBackend, DeviceHealth, HealthStatus
+from dralet.node.backend import ClaimRef, ClaimUID, DeviceHealth, HealthStatus
 from dralet.node.claims import ClaimEngine, PrepareOutcome
+from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.protocol.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -257,9 +258,14 @@ class ResourceHealthServicer(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServic
     _pb2: ModuleType = drahealth_v1alpha1_pb2
 
     def __init__(
-        self, backend: DeviceBackend, *, pool: str, interval: float, timeout_seconds: int = 0
+        self,
+        backend: AnyBackend | Invoker,
+        *,
+        pool: str,
+        interval: float,
+        timeout_seconds: int = 0,
     ) -> None:
-        self.backend = backend
+        self.backend = normalize(backend)
         self.pool = pool
         self.interval = interval
         self.timeout_seconds = timeout_seconds

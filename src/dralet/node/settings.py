@@ -43,6 +43,10 @@ class DriverSettings:
     """Kubernetes API requests (claim reads, finalizer patches) in flight at once."""
     max_parallel_backend_calls: int = 16
     """Backend ``prepare``/``release`` calls in flight at once."""
+    backend_call_timeout: float = 30.0
+    """Seconds one backend call (``prepare_claim``, ``release_claim``, ``devices`` …) may
+    take; a call past it fails its claim with a retryable error and is rolled back. 0: no
+    limit. Below ``call_budget`` so the kubelet gets the claim's error in time."""
     recovery_retry: float = 1.0
     """First delay (s) before a claim whose recovery failed (disk full, read-only) is
     retried; it doubles up to a minute."""

@@ -70,6 +70,6 @@ def simulated_gpus(settings: dralet.Settings, config: dralet.DriverConfig) -> Si
     )
 
 
-def factory(settings: dralet.Settings, config: dralet.DriverConfig) -> dralet.DeviceBackend:
+def factory(settings: dralet.Settings, config: dralet.DriverConfig) -> dralet.ClaimBackend:
     """``dralet.BackendFactory`` of the example driver."""
     return simulated_gpus(settings, config)

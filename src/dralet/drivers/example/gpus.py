@@ -1,4 +1,4 @@
-"""Simulated GPUs: a ``DeviceBackend`` whose "hardware" is a state file.
+"""Simulated GPUs: a ``dralet.ClaimBackend`` whose "hardware" is a state file.
 
 Each GPU has a UUID, a model, an index and a memory capacity. Preparing one for a claim
 records the claim in ``<state_dir>/gpus.json`` and injects an env var, a device node
@@ -6,6 +6,11 @@ and a read-only info mount into the container; releasing it clears the record. B
 the record lives outside dralet's checkpoint, a device that dralet forgot to release
 is visible there: that is what makes a leak observable in tests. ``health.json`` in
 the same directory (``{"gpu-1": "reason"}``) marks devices unhealthy.
+
+A claim (or its DeviceClass) may set ``{"mode": "..."}`` in its opaque config; the
+settings apply in precedence order (class before claim, later wins) and the mode is
+passed to the container as ``EXAMPLE_GPU_<index>_MODE``. ``prepare_claim`` prepares a
+claim's devices one by one with ``prepare`` (so a test can fail or gate one device).
 """
 
 from __future__ import annotations
@@ -79,7 +84,36 @@ class SimulatedGPUs:
             raise dralet.ClaimError("", f"no such simulated GPU {device!r}")
         return int(number)
 
-    # DeviceBackend
+    # ClaimBackend
+
+    async def prepare_claim(
+        self, allocation: dralet.ClaimAllocation
+    ) -> Sequence[dralet.PreparedDevice]:
+        """Each device with ``prepare``; a failure after the first is partial."""
+        prepared: list[dralet.PreparedDevice | None] = [None] * len(allocation.devices)
+        for index, device in enumerate(allocation.devices):
+            try:
+                prepared[index] = await self.prepare(allocation.claim, device)
+            except Exception as exc:
+                if index == 0:
+                    raise
+                raise dralet.PartialPrepareError(exc, prepared) from exc
+        return [p for p in prepared if p is not None]
+
+    async def release_claim(
+        self, allocation: dralet.ClaimAllocation, states: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Each device with ``release``."""
+        for device, state in zip(allocation.devices, states, strict=True):
+            await self.release(allocation.claim, device, state)
+
+    @staticmethod
+    def mode(device: dralet.AllocatedDevice) -> str:
+        """The ``mode`` the device's configs set (class before claim; the last wins)."""
+        mode = ""
+        for config in device.configs:
+            mode = str(config.parameters.get("mode", mode))
+        return mode
 
     async def devices(self) -> Sequence[dralet.Device]:
         return [
@@ -99,6 +133,7 @@ class SimulatedGPUs:
     async def prepare(
         self, claim: dralet.ClaimRef, device: dralet.AllocatedDevice
     ) -> dralet.PreparedDevice:
+        """Prepare one device of ``claim`` (the building block of ``prepare_claim``)."""
         index = self._index(device.device)
         delay = self.prepare_delay.get(device.device, 0.0)
         if delay:
@@ -116,8 +151,10 @@ class SimulatedGPUs:
         info_dir = self.state_dir / "info" / device.device
         info_dir.mkdir(parents=True, exist_ok=True)
         (info_dir / "uuid").write_text(self.gpu_uuid(index) + "\n")
+        mode = self.mode(device)
         edits = dralet.ContainerEdits(
-            env=(f"EXAMPLE_GPU_{index}={self.gpu_uuid(index)}",),
+            env=(f"EXAMPLE_GPU_{index}={self.gpu_uuid(index)}",)
+            + ((f"EXAMPLE_GPU_{index}_MODE={mode}",) if mode else ()),
             device_nodes=(
                 dralet.DeviceNode(path=f"/dev/example-gpu{index}", host_path=DEVICE_NODE_HOST_PATH),
             ),
@@ -129,11 +166,13 @@ class SimulatedGPUs:
                 ),
             ),
         )
-        return dralet.PreparedDevice(edits=edits, state={"index": index})
+        state: dict[str, Any] = {"index": index, **({"mode": mode} if mode else {})}
+        return dralet.PreparedDevice(edits=edits, state=state)
 
     async def release(
         self, claim: dralet.ClaimRef, device: dralet.AllocatedDevice, state: Mapping[str, Any]
     ) -> None:
+        """Release one device of ``claim`` (the building block of ``release_claim``)."""
         async with self._lock.acquire():
             in_use = self.in_use()
             if in_use.get(device.device) == claim.uid:

@@ -1,4 +1,5 @@
-"""Every call out of the process the engine makes, each between two failpoints.
+"""Every call out of the process the engine makes, each between two failpoints (those
+of backend calls are hit by ``dralet.node.invoke``, around each call it makes).
 
 A crash just before or just after one leaves the device or the API object in a
 different state than the record says; the crash suite kills the driver at each.
@@ -7,29 +8,28 @@ different state than the record says; the crash suite kills the driver at each.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dralet import failpoints
 from dralet.checkpoint.model import DeviceRecord
-from dralet.node.backend import AllocatedDevice, ClaimRef, DeviceBackend, PreparedDevice
+from dralet.node.backend import (
+    AllocatedDevice,
+    ClaimAllocation,
+    ClaimRef,
+    DeviceConfig,
+    PreparedDevice,
+)
 from dralet.node.claims.source import ClaimSource
+from dralet.node.invoke import AnyBackend, Invoker, normalize
 
-__all__ = ["Calls", "allocated"]
+__all__ = ["Calls", "allocated", "claim_allocation"]
 
-FP_BACKEND_PREPARE_BEFORE = "backend.prepare.before"
-FP_BACKEND_PREPARE_AFTER = "backend.prepare.after"
-FP_BACKEND_RELEASE_BEFORE = "backend.release.before"
-FP_BACKEND_RELEASE_AFTER = "backend.release.after"
 FP_API_ADD_FINALIZER_BEFORE = "api.add-finalizer.before"
 FP_API_ADD_FINALIZER_AFTER = "api.add-finalizer.after"
 FP_API_REMOVE_FINALIZER_BEFORE = "api.remove-finalizer.before"
 FP_API_REMOVE_FINALIZER_AFTER = "api.remove-finalizer.after"
 failpoints.declare(
-    FP_BACKEND_PREPARE_BEFORE,
-    FP_BACKEND_PREPARE_AFTER,
-    FP_BACKEND_RELEASE_BEFORE,
-    FP_BACKEND_RELEASE_AFTER,
     FP_API_ADD_FINALIZER_BEFORE,
     FP_API_ADD_FINALIZER_AFTER,
     FP_API_REMOVE_FINALIZER_BEFORE,
@@ -37,15 +37,37 @@ failpoints.declare(
 )
 
 
+def _config(stored: Mapping[str, Any]) -> DeviceConfig:
+    return DeviceConfig(
+        source="class" if stored.get("source") == "class" else "claim",
+        requests=tuple(stored.get("requests") or ()),
+        parameters=dict(stored.get("parameters") or {}),
+    )
+
+
 def allocated(record: DeviceRecord) -> AllocatedDevice:
-    """The device as the backend saw it in ``prepare``: same request, pool, config."""
+    """The device as the backend saw it in ``prepare_claim``: same request, pool, configs."""
     return AllocatedDevice(
         request=record.request_names[0] if record.request_names else "",
         pool=record.pool,
         device=record.device,
         admin_access=record.admin_access,
         share_id=record.share_id,
-        config=record.config,
+        configs=tuple(_config(c) for c in record.configs),
+    )
+
+
+def claim_allocation(ref: ClaimRef, devices: Sequence[DeviceRecord]) -> ClaimAllocation:
+    """What the backend is handed for these devices of a claim: each device, and the
+    claim's configs that apply to any of them, in precedence order."""
+    configs: dict[int, DeviceConfig] = {}
+    for device in devices:
+        for stored in device.configs:
+            configs.setdefault(int(stored.get("order", 0)), _config(stored))
+    return ClaimAllocation(
+        claim=ref,
+        devices=tuple(allocated(d) for d in devices),
+        configs=tuple(configs[k] for k in sorted(configs)),
     )
 
 
@@ -54,18 +76,27 @@ class Calls:
 
     def __init__(
         self,
-        backend: DeviceBackend,
+        backend: Invoker,
         claims: ClaimSource,
         *,
         finalizer: str,
         api_limit: int = 16,
         backend_limit: int = 16,
     ) -> None:
-        self.backend = backend
+        self._invoker = backend
         self.claims = claims
         self.finalizer = finalizer
         self._api = asyncio.Semaphore(api_limit)
         self._backend = asyncio.Semaphore(backend_limit)
+
+    @property
+    def backend(self) -> Invoker:
+        """The backend every call goes to; set a backend of either contract to swap it."""
+        return self._invoker
+
+    @backend.setter
+    def backend(self, backend: AnyBackend | Invoker) -> None:
+        self._invoker = normalize(backend, timeout=self._invoker.timeout)
 
     async def get_claim(self, ref: ClaimRef) -> Mapping[str, Any] | None:
         async with self._api:
@@ -92,25 +123,24 @@ class Calls:
         failpoints.hit(FP_API_REMOVE_FINALIZER_AFTER)
         return removed
 
-    async def prepare_device(self, ref: ClaimRef, device: DeviceRecord) -> PreparedDevice:
-        failpoints.hit(FP_BACKEND_PREPARE_BEFORE)
+    async def prepare_claim(
+        self, ref: ClaimRef, devices: Sequence[DeviceRecord]
+    ) -> tuple[PreparedDevice, ...]:
+        """One ``prepare_claim`` for these devices; one result each, in their order."""
         async with self._backend:
-            result = await self.backend.prepare(ref, allocated(device))
-        failpoints.hit(FP_BACKEND_PREPARE_AFTER)
-        return result
+            return await self.backend.prepare_claim(claim_allocation(ref, devices))
 
-    async def release_device(self, ref: ClaimRef, device: DeviceRecord) -> None:
-        """``release`` with the device's config and exactly the state ``prepare`` returned."""
-        failpoints.hit(FP_BACKEND_RELEASE_BEFORE)
+    async def release_claim(self, ref: ClaimRef, devices: Sequence[DeviceRecord]) -> None:
+        """``release_claim`` with the devices' configs and exactly the states recorded."""
         async with self._backend:
-            await self.backend.release(ref, allocated(device), device.prepared_state)
-        failpoints.hit(FP_BACKEND_RELEASE_AFTER)
+            await self.backend.release_claim(
+                claim_allocation(ref, devices), [d.prepared_state for d in devices]
+            )
 
     async def release_unrecorded(self, ref: ClaimRef, pool: str, device: str) -> None:
         """Release a device the backend holds with no record of it (nothing to hand back)."""
-        failpoints.hit(FP_BACKEND_RELEASE_BEFORE)
         async with self._backend:
-            await self.backend.release(
-                ref, AllocatedDevice(request="", pool=pool, device=device), {}
+            await self.backend.release_claim(
+                ClaimAllocation(ref, (AllocatedDevice(request="", pool=pool, device=device),)),
+                [{}],
             )
-        failpoints.hit(FP_BACKEND_RELEASE_AFTER)

@@ -26,7 +26,7 @@ from dralet.cdi import store as cdi_store
 from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord, DeviceRecord
 from dralet.metrics import DriverMetrics
-from dralet.node.backend import ClaimRef, DeviceBackend
+from dralet.node.backend import ClaimRef
 from dralet.node.claims import plan, settle
 from dralet.node.claims.calls import Calls
 from dralet.node.claims.execute import Steps
@@ -34,6 +34,7 @@ from dralet.node.claims.fairness import FairSlots
 from dralet.node.claims.observe import ClaimView, Mode, read_boot_id
 from dralet.node.claims.source import ClaimSource, NoClaimSource, finalizer_name
 from dralet.node.claims.store import RecordStore
+from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.node.settings import DriverSettings
 from dralet.node.tasks import TaskSet
 
@@ -63,18 +64,18 @@ class ClaimEngine:
         self,
         settings: DriverSettings,
         *,
-        backend: DeviceBackend,
+        backend: AnyBackend | Invoker,
         claims: ClaimSource | None,
         metrics: DriverMetrics | None = None,
     ) -> None:
         self.settings = settings
-        self.backend = backend
+        invoker = normalize(backend, timeout=settings.backend_call_timeout)
         self.metrics = metrics or DriverMetrics()
         self.store = RecordStore(settings, boot_id=read_boot_id(settings), metrics=self.metrics)
         self.metrics.claims_prepared.set_function(self.store.count_prepared)
         self.specs = cdi_store.SpecStore(settings.cdi_dir, settings.cdi_kind)
         self.calls = Calls(
-            backend,
+            invoker,
             claims or NoClaimSource(),
             finalizer=finalizer_name(settings.driver_name),
             api_limit=settings.max_parallel_api_calls,
@@ -91,6 +92,15 @@ class ClaimEngine:
         """Claims whose recovery step failed (disk full, read-only); retried with backoff."""
 
     # ------------------------------------------------------------------ state access
+
+    @property
+    def backend(self) -> Invoker:
+        """The backend (of either contract) as the engine calls it."""
+        return self.calls.backend
+
+    @backend.setter
+    def backend(self, backend: AnyBackend | Invoker) -> None:
+        self.calls.backend = backend
 
     @property
     def fail_closed(self) -> str:

@@ -4,8 +4,9 @@ Each step walks the transitions of ``states`` in order, makes each durable fact 
 the next, and hits a failpoint after it so the crash suite can kill the driver there.
 ``prepare_fresh`` is the prepare route; ``teardown`` is every way down (unprepare,
 rollback of a failed or interrupted prepare, stale-claim cleanup, recovery). The
-backend's state for a device is recorded the moment ``backend.prepare`` returns it, and
-``release`` gets exactly that state and the device's config back.
+backend's states for a claim's devices are recorded in one write the moment
+``backend.prepare_claim`` returns them, and ``release_claim`` gets exactly those states
+and the same configs back.
 
 Longer than most modules because every durable step of the lifecycle lives here, in
 order, so the whole route of a claim reads top to bottom in one file.
@@ -23,13 +24,21 @@ from dralet import errors, failpoints
 from dralet.cdi import spec as cdi_spec
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint.database import Put
-from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
+from dralet.checkpoint.model import CONFIGS_KEY, ClaimRecord, ClaimState, DeviceRecord
 from dralet.metrics import DriverMetrics
-from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID
+from dralet.node.backend import (
+    AllocatedDevice,
+    ClaimRef,
+    ClaimUID,
+    DeviceConfig,
+    PartialPrepareError,
+    PreparedDevice,
+)
 from dralet.node.claims import source
 from dralet.node.claims.calls import Calls, allocated
 from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.store import RecordStore, now_stamp
+from dralet.node.invoke import BackendTimeoutError
 from dralet.node.settings import DriverSettings
 
 __all__ = ["Steps"]
@@ -65,6 +74,28 @@ def _cdi_device_name(uid: str, device: DeviceRecord | AllocatedDevice) -> str:
     return f"{uid}-{device.device}{suffix}"
 
 
+def _places(mine: Sequence[DeviceConfig], claims: Sequence[DeviceConfig]) -> list[int]:
+    """Where each of a device's configs stands among all of the claim's (a device's
+    configs are the claim's in the same order, less those for other requests)."""
+    places: list[int] = []
+    at = 0
+    for config in mine:
+        while at < len(claims) and claims[at] != config:
+            at += 1
+        places.append(at if at < len(claims) else len(claims) + len(places))
+        at += 1
+    return places
+
+
+def _stored_config(config: DeviceConfig, order: int) -> dict[str, Any]:
+    return {
+        "source": config.source,
+        "requests": list(config.requests),
+        "parameters": dict(config.parameters),
+        "order": order,
+    }
+
+
 class Steps:
     """What the engine does to one claim; every method expects the claim lock held."""
 
@@ -97,25 +128,30 @@ class Steps:
             raise errors.ClaimError(
                 ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} is being deleted"
             )
-        record = await self._record_intent(ref, self._device_records(ref.uid, allocated))
+        configs = source.claim_configs(claim, self.settings.driver_name)
+        record = await self._record_intent(ref, self._device_records(ref.uid, allocated, configs))
         try:
             if not await self.calls.add_finalizer(ref, current=claim):
                 raise errors.ClaimError(
                     ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} disappeared while preparing"
                 )
             failpoints.hit(FP_AFTER_FINALIZER)
-            edits: list[cdi_spec.ContainerEdits] = []
-            for index, device in enumerate(record.devices):
-                result = await self.calls.prepare_device(ref, device)
-                # In memory first: a failure to record it still rolls back with it.
-                record = self._with_device_state(record, index, result.state)
+            try:
+                results = await self.calls.prepare_claim(ref, record.devices)
+            except PartialPrepareError as partial:
+                # In memory first: a failure to record them still rolls back with them.
+                record = self._with_states(record, partial.prepared)
                 await self.store.put(record)
-                failpoints.hit(FP_AFTER_DEVICE_RECORDED)
+                raise partial.cause from None
+            record = self._with_states(record, results)
+            await self.store.put(record)
+            failpoints.hit(FP_AFTER_DEVICE_RECORDED)
+            for device, result in zip(record.devices, results, strict=True):
                 if result.edits.is_empty():
                     raise errors.ClaimError(
                         ref.uid, f"backend returned no container edits for device {device.device}"
                     )
-                edits.append(result.edits)
+            edits = [r.edits for r in results]
             failpoints.hit(FP_AFTER_BACKEND_PREPARE)
             document = self._build_spec(ref, record.devices, edits)
             await self.spec_io.write(ref.uid, document)
@@ -127,9 +163,14 @@ class Steps:
             raise
         except Exception as exc:
             # ``record`` holds every state the backend returned so far, recorded or not;
-            # a device without one never returned from ``prepare`` in this process.
+            # a device without one never returned from ``prepare`` in this process, unless
+            # the call timed out: then what it did is unknown and its states are asked for.
             try:
-                await self.teardown(record, reason=f"prepare failed: {exc}", in_process=True)
+                await self.teardown(
+                    record,
+                    reason=f"prepare failed: {exc}",
+                    in_process=not isinstance(exc, BackendTimeoutError),
+                )
             except (asyncio.CancelledError, errors.IrreversibleError):
                 raise
             except Exception as undo:  # noqa: BLE001 - reported in the claim's answer
@@ -185,15 +226,18 @@ class Steps:
         return started
 
     @staticmethod
-    def _with_device_state(
-        record: ClaimRecord, index: int, state: Mapping[str, Any]
-    ) -> ClaimRecord:
-        devices = list(record.devices)
-        devices[index] = devices[index].with_prepared_state(state)
-        return replace(record, devices=tuple(devices), updated_at=now_stamp())
+    def _with_states(record: ClaimRecord, results: Sequence[PreparedDevice | None]) -> ClaimRecord:
+        devices = tuple(
+            device if result is None else device.with_prepared_state(result.state)
+            for device, result in zip(record.devices, results, strict=True)
+        )
+        return replace(record, devices=devices, updated_at=now_stamp())
 
     def _device_records(
-        self, uid: str, allocated: Sequence[AllocatedDevice]
+        self,
+        uid: str,
+        allocated: Sequence[AllocatedDevice],
+        configs: Sequence[DeviceConfig] = (),
     ) -> tuple[DeviceRecord, ...]:
         by_device: dict[tuple[str, str, str], DeviceRecord] = {}
         for a in allocated:
@@ -207,7 +251,16 @@ class Steps:
                 cdi_device_ids=(f"{self.settings.cdi_kind}={_cdi_device_name(uid, a)}",),
                 admin_access=a.admin_access or bool(seen and seen.admin_access),
                 share_id=a.share_id,
-                backend_state={"config": list(a.config)} if a.config else {},
+                backend_state=(
+                    {
+                        CONFIGS_KEY: [
+                            _stored_config(c, place)
+                            for c, place in zip(a.configs, _places(a.configs, configs), strict=True)
+                        ]
+                    }
+                    if a.configs
+                    else {}
+                ),
             )
         return tuple(by_device.values())
 
@@ -272,8 +325,9 @@ class Steps:
         if record.state == ClaimState.UNPREPARE_STARTED:
             # The spec goes first: no container may start with a device being released.
             await self.spec_io.remove(record.uid)
-            for device in record.devices:
-                await self._release(ref, record, device, ask_backend=not in_process)
+            if not in_process and record.cdi_spec is None:
+                record = await self._recover_states(ref, record)
+            await self._release(record)
             failpoints.hit(FP_AFTER_RELEASE)
         if record.finalizer_added:
             try:
@@ -299,31 +353,42 @@ class Steps:
             extra={"claim_uid": record.uid, "claim": f"{record.namespace}/{record.name}"},
         )
 
-    async def _release(
-        self, ref: ClaimRef, record: ClaimRecord, device: DeviceRecord, *, ask_backend: bool
-    ) -> None:
-        if ask_backend and not device.prepared and record.cdi_spec is None:
-            device = await self._recover_state(ref, device)
+    async def _release(self, record: ClaimRecord) -> None:
         try:
-            await self.calls.release_device(ref, device)
+            await self.calls.release_claim(ref_of(record), record.devices)
         except (asyncio.CancelledError, errors.IrreversibleError):
             raise
         except Exception as exc:
+            devices = ", ".join(d.device for d in record.devices)
             raise errors.ClaimError(
-                record.uid, f"releasing device {device.device} failed: {exc}; will retry"
+                record.uid, f"releasing devices {devices} failed: {exc}; will retry"
             ) from exc
 
-    async def _recover_state(self, ref: ClaimRef, device: DeviceRecord) -> DeviceRecord:
-        """A crash (or a failed write) came between ``prepare`` returning and its state
-        being recorded: ask again. ``prepare`` is idempotent by contract, so a held device
-        answers with the state it holds; a device it cannot prepare is not held."""
+    async def _recover_states(self, ref: ClaimRef, record: ClaimRecord) -> ClaimRecord:
+        """A crash (or a failed write) came between ``prepare_claim`` returning and its
+        states being recorded: ask again. ``prepare_claim`` is idempotent by contract, so
+        held devices answer with the states they hold; devices it cannot prepare are not
+        held."""
+        if all(d.prepared for d in record.devices):
+            return record
+        recovered = await self._recover_device_states(ref, record.devices)
+        return replace(record, devices=recovered)
+
+    async def _recover_device_states(
+        self, ref: ClaimRef, devices: Sequence[DeviceRecord]
+    ) -> tuple[DeviceRecord, ...]:
         try:
-            result = await self.calls.prepare_device(ref, device)
+            results: Sequence[PreparedDevice | None] = await self.calls.prepare_claim(ref, devices)
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - a device that cannot be prepared is not held
-            return device
-        return device.with_prepared_state(result.state)
+        except PartialPrepareError as partial:
+            results = partial.prepared
+        except Exception:  # noqa: BLE001 - devices that cannot be prepared are not held
+            return tuple(devices)
+        return tuple(
+            d if d.prepared or r is None else d.with_prepared_state(r.state)
+            for d, r in zip(devices, results, strict=True)
+        )
 
     async def unprepare_from_proof(self, ref: ClaimRef) -> None:
         """Fail-closed unprepare: the CDI dir and the backend prove what was prepared.
@@ -336,14 +401,14 @@ class Steps:
         """
         await self.spec_io.remove(ref.uid)
         in_use = await self.calls.backend.devices_in_use()
-        held = sorted(device for device, holder in in_use.items() if holder == ref.uid)
-        records = {d.device: d for d in await self._allocation_if_known(ref)}
+        held = sorted(device for device, holders in in_use.items() if ref.uid in holders)
+        known = {d.device: d for d in await self._allocation_if_known(ref)}
+        recorded = [known[device] for device in held if device in known]
         for device in held:
-            record = records.get(device)
-            if record is None:
+            if device not in known:
                 await self.calls.release_unrecorded(ref, self.settings.pool_name, device)
-            else:
-                await self.calls.release_device(ref, await self._recover_state(ref, record))
+        if recorded:
+            await self.calls.release_claim(ref, await self._recover_device_states(ref, recorded))
         if not await self.calls.remove_finalizer(ref):
             raise errors.ClaimError(ref.uid, "could not remove the claim's finalizer; will retry")
 
@@ -361,7 +426,9 @@ class Steps:
             raise
         except Exception:  # noqa: BLE001 - gone or unreachable: release without a state
             return ()
-        return self._device_records(ref.uid, allocated)
+        return self._device_records(
+            ref.uid, allocated, source.claim_configs(claim, self.settings.driver_name)
+        )
 
     # ------------------------------------------------------------------ repairs
 
@@ -374,7 +441,7 @@ class Steps:
             and any(d.device == device for d in record.devices)
         ):
             return False
-        if (await self.calls.backend.devices_in_use()).get(device) != holder_uid:
+        if holder_uid not in (await self.calls.backend.devices_in_use()).get(device, ()):
             return False
         ref = ClaimRef(ClaimUID(holder_uid), "", "")
         await self.calls.release_unrecorded(ref, self.settings.pool_name, device)

@@ -19,7 +19,7 @@ from dralet.cdi import store as cdi_store
 from dralet.checkpoint import database
 from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import Checkpoint, ClaimRecord
-from dralet.node.backend import DeviceBackend
+from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.node.settings import DriverSettings
 
 __all__ = ["ClaimLister", "ClaimView", "Mode", "NodeSnapshot", "read_boot_id", "take_snapshot"]
@@ -40,8 +40,8 @@ class NodeSnapshot:
     checkpoint_error: str = ""
     specs: Mapping[str, Mapping[str, Any] | str] = field(default_factory=dict)
     """Claim UID → spec document, or the reason it could not be read/parsed."""
-    in_use: Mapping[str, str] | None = None
-    """Backend device → claim UID; None when the backend was not consulted."""
+    in_use: Mapping[str, frozenset[str]] | None = None
+    """Backend device → the claim UIDs holding it; None when the backend was not consulted."""
     claims: Sequence[Mapping[str, Any]] | None = None
     """ResourceClaims from the API; None when the API was not consulted."""
     boot_id: str = ""
@@ -99,7 +99,7 @@ def _read_specs(store: cdi_store.SpecStore) -> dict[str, Mapping[str, Any] | str
 async def take_snapshot(
     settings: DriverSettings,
     *,
-    backend: DeviceBackend | None = None,
+    backend: AnyBackend | Invoker | None = None,
     claims: ClaimLister | None = None,
     records: Snapshot | None = None,
 ) -> NodeSnapshot:
@@ -122,7 +122,7 @@ async def take_snapshot(
         checkpoint=checkpoint,
         checkpoint_error=checkpoint_error,
         specs=await asyncio.to_thread(_read_specs, store),
-        in_use=dict(await backend.devices_in_use()) if backend is not None else None,
+        in_use=(await normalize(backend).devices_in_use()) if backend is not None else None,
         claims=list(await claims.list_claims()) if claims is not None else None,
         boot_id=read_boot_id(settings),
         corrupt=corrupt,

@@ -291,7 +291,8 @@ def _backend_findings(
         for uid in uids
         if pool == snapshot.pool
     }
-    for device, uid in sorted(snapshot.in_use.items()):
+    in_use = sorted((device, uid) for device, uids in snapshot.in_use.items() for uid in uids)
+    for device, uid in in_use:
         if (device, uid) not in recorded and uid not in snapshot.corrupt:
             found.append(
                 _finding(
@@ -303,7 +304,9 @@ def _backend_findings(
             )
     for device, uid in sorted(recorded):
         record = records[uid]
-        if record.state == ClaimState.PREPARE_COMPLETED and snapshot.in_use.get(device) != uid:
+        if record.state == ClaimState.PREPARE_COMPLETED and uid not in snapshot.in_use.get(
+            device, ()
+        ):
             found.append(
                 _finding(
                     "device-not-held",

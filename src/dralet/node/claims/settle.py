@@ -135,14 +135,15 @@ async def _run_finding(
     revalidated: dict[str, ClaimRecord],
 ) -> tuple[str, str]:
     if action is plan.Action.RELEASE_ORPHAN_DEVICE:
-        holder = (await engine.backend.devices_in_use()).get(finding.subject, "")
-        if not holder:
-            return "", ""
-        async with engine.store.claim_lock(holder):
-            released = await engine.steps.release_orphan(finding.subject, holder)
+        holders = (await engine.backend.devices_in_use()).get(finding.subject, frozenset())
+        released = []
+        for holder in sorted(holders):
+            async with engine.store.claim_lock(holder):
+                if await engine.steps.release_orphan(finding.subject, holder):
+                    released.append(holder)
         if not released:
             return "", ""
-        return "orphan-device-released", f"{finding.subject} (claim {holder})"
+        return "orphan-device-released", f"{finding.subject} (claim {', '.join(released)})"
     if action is plan.Action.REMOVE_FOREIGN_FINALIZER:
         ref = ClaimRef(ClaimUID(finding.subject), finding.namespace, finding.name)
         async with engine.store.claim_lock(ref.uid):

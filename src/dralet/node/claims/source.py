@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dralet import errors
-from dralet.node.backend import AllocatedDevice, ClaimRef
+from dralet.node.backend import AllocatedDevice, ClaimRef, ConfigSource, DeviceConfig
 
 __all__ = [
     "ClaimSource",
     "EventSink",
     "NoClaimSource",
     "Staleness",
+    "claim_configs",
+    "driver_configs",
     "finalizer_name",
     "select_allocation",
     "staleness",
@@ -89,6 +91,53 @@ def base_request_name(request: str) -> str:
     return request.split("/", 1)[0]
 
 
+_RESULT_FIELDS = frozenset(
+    {
+        "request",
+        "driver",
+        "pool",
+        "device",
+        "adminAccess",
+        "shareID",
+        "consumedCapacity",
+        "tolerations",
+    }
+)
+_SOURCES: Mapping[str, ConfigSource] = {"FromClass": "class", "FromClaim": "claim"}
+
+
+def driver_configs(allocation: Mapping[str, Any], driver: str) -> tuple[DeviceConfig, ...]:
+    """This driver's opaque configs of an allocation, in precedence order.
+
+    DeviceClass configs come before the claim's own, each group in API order; a later
+    config wins over an earlier one. The same order as the upstream example driver's
+    ``GetOpaqueDeviceConfigs`` (kubernetes-sigs/dra-example-driver,
+    cmd/dra-example-kubeletplugin/state.go), which orders class configs first even when
+    the API lists them after claim configs. A config with an unknown source is taken as
+    the claim's (the user's), the group that wins.
+    """
+    entries = [
+        c
+        for c in (allocation.get("devices") or {}).get("config") or []
+        if (c.get("opaque") or {}).get("driver") == driver
+    ]
+    made = [
+        DeviceConfig(
+            source=_SOURCES.get(str(c.get("source", "")), "claim"),
+            requests=tuple(str(r) for r in c.get("requests") or ()),
+            parameters=dict(c["opaque"].get("parameters") or {}),
+        )
+        for c in entries
+    ]
+    return tuple(sorted(made, key=lambda c: c.source != "class"))
+
+
+def claim_configs(claim: Mapping[str, Any] | None, driver: str) -> tuple[DeviceConfig, ...]:
+    """``driver_configs`` of a claim's allocation (none when it is not allocated)."""
+    allocation = ((claim or {}).get("status") or {}).get("allocation") or {}
+    return driver_configs(allocation, driver)
+
+
 def select_allocation(
     claim: Mapping[str, Any] | None,
     ref: ClaimRef,
@@ -118,11 +167,7 @@ def select_allocation(
     if require_reserved and not status.get("reservedFor"):
         raise errors.ClaimError(ref.uid, f"{where} is not reserved for any pod")
     results = (allocation.get("devices") or {}).get("results") or []
-    configs = [
-        c
-        for c in (allocation.get("devices") or {}).get("config") or []
-        if (c.get("opaque") or {}).get("driver") == driver
-    ]
+    configs = driver_configs(allocation, driver)
     mine: list[AllocatedDevice] = []
     for result in results:
         if result.get("driver") != driver:
@@ -137,13 +182,12 @@ def select_allocation(
                 device=str(result.get("device", "")),
                 admin_access=bool(result.get("adminAccess", False)),
                 share_id=str(result.get("shareID", "") or ""),
-                config=tuple(
-                    c["opaque"].get("parameters") or {}
-                    for c in configs
-                    if not c.get("requests")
-                    or request in c["requests"]
-                    or base_request_name(request) in c["requests"]
-                ),
+                configs=tuple(c for c in configs if c.applies_to(request)),
+                consumed_capacity={
+                    str(k): str(v) for k, v in (result.get("consumedCapacity") or {}).items()
+                },
+                tolerations=tuple(result.get("tolerations") or ()),
+                extra={k: v for k, v in result.items() if k not in _RESULT_FIELDS},
             )
         )
     if not mine:

@@ -65,7 +65,7 @@ PREPARE: tuple[Transition, ...] = (
     Transition(
         Phase.FINALIZER_ADDED,
         Phase.DEVICE_PREPARED,
-        "backend.prepare, each device's state recorded",
+        "backend.prepare_claim, every device's state recorded in one write",
         "record PrepareStarted with the device's preparedState",
     ),
     Transition(
@@ -98,7 +98,7 @@ UNPREPARE: tuple[Transition, ...] = (
     Transition(
         Phase.SPEC_REMOVED,
         Phase.DEVICES_RELEASED,
-        "backend.release with each device's recorded state",
+        "backend.release_claim with each device's recorded state",
         "the backend holds no device of the claim",
     ),
     Transition(

@@ -1,0 +1,215 @@
+"""How the framework calls a backend: v1 adapted to v2, sync methods in threads, timeouts.
+
+``Invoker`` is the one object the engine, publisher and health service call. It takes a
+``ClaimBackend`` (v2) or a ``DeviceBackend`` (v1) and offers the v2 methods, all async:
+
+- a plain ``def`` method runs in the default thread pool; an ``async def`` one is awaited;
+- every call is bounded by ``timeout`` seconds: an async call is cancelled, a blocking one
+  cannot be and is abandoned. Either way the caller gets a ``TemporaryError`` (the claim
+  is rolled back and the kubelet retries). While an abandoned call for a claim still runs,
+  every further call for that claim is refused with a ``TemporaryError``: a release never
+  runs beside the prepare it undoes, and the rollback is finished by a later call;
+- every ``prepare``/``release`` call is between two failpoints (the crash suite kills the
+  driver at each): once per claim for v2, once per device for v1;
+- a v1 backend's ``prepare``/``release`` are called device by device; a failure after
+  some devices were prepared is a ``PartialPrepareError`` carrying their results;
+- ``devices_in_use`` is normalized to device → frozenset of claim UIDs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, cast
+
+from dralet import errors, failpoints
+from dralet.node import devices as node_devices
+from dralet.node.backend import (
+    AllocatedDevice,
+    ClaimAllocation,
+    ClaimBackend,
+    Device,
+    DeviceBackend,
+    DeviceHealth,
+    PartialPrepareError,
+    PreparedDevice,
+)
+
+__all__ = ["AnyBackend", "BackendTimeoutError", "Invoker", "is_claim_backend", "normalize"]
+
+FP_BACKEND_PREPARE_BEFORE = "backend.prepare.before"
+FP_BACKEND_PREPARE_AFTER = "backend.prepare.after"
+FP_BACKEND_RELEASE_BEFORE = "backend.release.before"
+FP_BACKEND_RELEASE_AFTER = "backend.release.after"
+failpoints.declare(
+    FP_BACKEND_PREPARE_BEFORE,
+    FP_BACKEND_PREPARE_AFTER,
+    FP_BACKEND_RELEASE_BEFORE,
+    FP_BACKEND_RELEASE_AFTER,
+)
+
+AnyBackend = ClaimBackend | DeviceBackend
+"""What ``dralet.run`` accepts: a v2 ``ClaimBackend`` or a v1 ``DeviceBackend``."""
+
+
+class BackendTimeoutError(errors.TemporaryError):
+    """A backend call did not return within its timeout; what it did is not known."""
+
+
+def is_claim_backend(backend: object) -> bool:
+    """Whether ``backend`` speaks contract v2 (it has ``prepare_claim``)."""
+    return callable(getattr(backend, "prepare_claim", None))
+
+
+class Invoker:
+    """A backend of either contract, offered as async v2 methods with timeouts."""
+
+    def __init__(
+        self, inner: AnyBackend, *, timeout: float | None = None, hit_failpoints: bool = True
+    ) -> None:
+        self.inner = inner
+        self.hit_failpoints = hit_failpoints
+        self.timeout = timeout if timeout else None
+        self.v2 = is_claim_backend(inner)
+        self._abandoned: dict[str, asyncio.Future[Any]] = {}
+
+    async def _call(self, what: str, uid: str | None, fn: Callable[..., Any], *args: Any) -> Any:
+        running = self._abandoned.get(uid) if uid is not None else None
+        if running is not None and not running.done():
+            raise errors.TemporaryError(
+                f"an earlier backend call for claim {uid} timed out and is still running"
+            )
+        if inspect.iscoroutinefunction(fn):
+            try:
+                async with asyncio.timeout(self.timeout):
+                    return await fn(*args)
+            except TimeoutError:
+                raise self._timed_out(what) from None
+        context = contextvars.copy_context()
+        future = asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(context.run, fn, *args)
+        )
+        try:
+            done, _ = await asyncio.wait({future}, timeout=self.timeout)
+        except asyncio.CancelledError:
+            self._abandon(uid, future)  # the thread runs on; the claim waits for it
+            raise
+        if not done:
+            self._abandon(uid, future)
+            raise self._timed_out(what)
+        result = future.result()
+        if inspect.isawaitable(result):
+            # A plain ``def`` that returned an awaitable (a wrapper or a mock).
+            return await result
+        return result
+
+    def _abandon(self, uid: str | None, future: asyncio.Future[Any]) -> None:
+        if uid is not None:
+            self._abandoned[uid] = future
+            future.add_done_callback(lambda _: self._forget(uid, future))
+        # Retrieve its outcome when it ends, so it is never logged as unretrieved.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    def _hit(self, name: str) -> None:
+        if self.hit_failpoints:
+            failpoints.hit(name)
+
+    def _forget(self, uid: str, future: asyncio.Future[Any]) -> None:
+        if self._abandoned.get(uid) is future:
+            del self._abandoned[uid]
+
+    def _timed_out(self, what: str) -> BackendTimeoutError:
+        return BackendTimeoutError(f"backend {what} did not return within {self.timeout:g}s")
+
+    # ------------------------------------------------------------------ v2 methods
+
+    async def devices(self) -> Sequence[Device]:
+        return cast(Sequence[Device], await self._call("devices", None, self.inner.devices))
+
+    async def counter_sets(self) -> Sequence[node_devices.CounterSet]:
+        if not isinstance(self.inner, node_devices.CounterSetSource):
+            return ()
+        return cast(
+            Sequence[node_devices.CounterSet],
+            await self._call("counter_sets", None, self.inner.counter_sets),
+        )
+
+    async def prepare_claim(self, allocation: ClaimAllocation) -> tuple[PreparedDevice, ...]:
+        uid = allocation.claim.uid
+        if self.v2:
+            backend = cast(ClaimBackend, self.inner)
+            self._hit(FP_BACKEND_PREPARE_BEFORE)
+            results = tuple(
+                await self._call("prepare_claim", uid, backend.prepare_claim, allocation)
+            )
+            self._hit(FP_BACKEND_PREPARE_AFTER)
+            if len(results) != len(allocation.devices):
+                raise errors.ClaimError(
+                    uid,
+                    f"backend prepared {len(results)} devices for the claim's "
+                    f"{len(allocation.devices)}",
+                )
+            return results
+        v1 = cast(DeviceBackend, self.inner)
+        prepared: list[PreparedDevice | None] = [None] * len(allocation.devices)
+        for index, device in enumerate(allocation.devices):
+            try:
+                self._hit(FP_BACKEND_PREPARE_BEFORE)
+                prepared[index] = await self._call(
+                    "prepare", uid, v1.prepare, allocation.claim, device
+                )
+                self._hit(FP_BACKEND_PREPARE_AFTER)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not any(p is not None for p in prepared):
+                    raise
+                raise PartialPrepareError(exc, prepared) from exc
+        return tuple(cast(list[PreparedDevice], prepared))
+
+    async def release_claim(
+        self, allocation: ClaimAllocation, states: Sequence[Mapping[str, Any]]
+    ) -> None:
+        uid = allocation.claim.uid
+        if self.v2:
+            backend = cast(ClaimBackend, self.inner)
+            self._hit(FP_BACKEND_RELEASE_BEFORE)
+            await self._call(
+                "release_claim", uid, backend.release_claim, allocation, [dict(s) for s in states]
+            )
+            self._hit(FP_BACKEND_RELEASE_AFTER)
+            return
+        v1 = cast(DeviceBackend, self.inner)
+        for device, state in zip(allocation.devices, states, strict=True):
+            self._hit(FP_BACKEND_RELEASE_BEFORE)
+            await self._call("release", uid, v1.release, allocation.claim, device, state)
+            self._hit(FP_BACKEND_RELEASE_AFTER)
+
+    async def devices_in_use(self) -> dict[str, frozenset[str]]:
+        raw = cast(
+            Mapping[str, str | Collection[str]],
+            await self._call("devices_in_use", None, self.inner.devices_in_use),
+        )
+        return {
+            device: frozenset((holders,) if isinstance(holders, str) else holders)
+            for device, holders in raw.items()
+            if holders
+        }
+
+    async def survives_reboot(self, device: AllocatedDevice, state: Mapping[str, Any]) -> bool:
+        return bool(
+            await self._call("survives_reboot", None, self.inner.survives_reboot, device, state)
+        )
+
+    async def health(self) -> Mapping[str, DeviceHealth]:
+        return cast(Mapping[str, DeviceHealth], await self._call("health", None, self.inner.health))
+
+
+def normalize(backend: AnyBackend | Invoker, *, timeout: float | None = None) -> Invoker:
+    """``backend`` as an ``Invoker`` (itself when it already is one)."""
+    if isinstance(backend, Invoker):
+        return backend
+    return Invoker(backend, timeout=timeout)
