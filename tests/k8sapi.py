@@ -50,6 +50,10 @@ def driver_account() -> tuple[str, str]:
 
 KUBERNETES_VERSION = "1.37"
 
+PROBE_USER_AGENT = "dralet-admission-policy-test"
+"""The User-Agent of requests a test makes with the driver's identity, so the audit-log
+test of the driver's own requests (tests/k8s/test_rbac.py) can tell them apart."""
+
 # kind -> (group, plural, namespaced); resource.k8s.io kinds take the requested version.
 _KINDS: dict[str, tuple[str, str, bool]] = {
     "Node": ("", "nodes", False),

@@ -22,9 +22,10 @@ from dralet.apiserver import ApiServerThread
 from dralet.cli import main
 from dralet.cluster import ControlPlane
 from dralet.node import factory
-from dralet.node.backend import ClaimRef, ClaimUID, DeviceBackend
+from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import ClaimEngine
 from dralet.node.config import Settings
+from dralet.node.invoke import AnyBackend, Invoker
 from dralet.node.settings import DriverSettings
 
 ACME = "fpga.acme.example.com"
@@ -45,7 +46,7 @@ class AcmeNode:
             cdi_dir=self.root / "cdi",
         )
 
-    def backend(self) -> DeviceBackend:
+    def backend(self) -> AnyBackend:
         """Built the way ``dralet run --driver acme-fpga`` builds it."""
         settings = Settings(driver=self.settings, publish=False)
         settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -53,7 +54,9 @@ class AcmeNode:
         return factory.build("acme-fpga", make, settings, factory.DriverConfig())
 
     def held(self) -> dict[str, str]:
-        return dict(asyncio.run(self.backend().devices_in_use()))
+        """Device → holder, asked of the backend as the driver asks it (either contract)."""
+        in_use = asyncio.run(Invoker(self.backend()).devices_in_use())
+        return {device: ",".join(sorted(holders)) for device, holders in in_use.items()}
 
     def prepare(self, name: str, device: str) -> str:
         cluster = ControlPlane(self.api.server, driver_name=ACME)

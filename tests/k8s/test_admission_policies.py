@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 
 from tests.deploy.conftest import render_chart
-from tests.k8sapi import KUBERNETES_VERSION, ClusterApi, ClusterApiError, driver_account
+from tests.k8sapi import (
+    KUBERNETES_VERSION,
+    PROBE_USER_AGENT,
+    ClusterApi,
+    ClusterApiError,
+    driver_account,
+)
 from tests.kubefixtures import K8S_TIMEOUT
 
 pytestmark = [pytest.mark.k8s, K8S_TIMEOUT]
@@ -48,6 +54,7 @@ class AsToken:
             self.api.url + path, data=json.dumps(body).encode(), method=method
         )
         request.add_header("Authorization", f"Bearer {self.token}")
+        request.add_header("User-Agent", PROBE_USER_AGENT)
         content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
         request.add_header("Content-Type", content_type)
         try:
@@ -99,6 +106,24 @@ def policed(k8s_api: ClusterApi) -> Iterator[ClusterApi]:
     finally:
         for path in reversed(made):
             api.request("DELETE", path)
+        wait_until_unloaded(api)
+
+
+def wait_until_unloaded(api: ClusterApi) -> None:
+    """The server drops deleted policies a moment later: wait until a token naming no
+    node writes a slice again, so the next test's driver is not refused."""
+    namespace, account = driver_account()
+    plain = AsToken(api, api.service_account_token(namespace, account))
+    probe = slice_for("node-a", name="policy-unload-probe")
+    deadline = time.monotonic() + POLICY_LOADED_WITHIN
+    while True:
+        code, text = plain.send("POST", SLICES, probe)
+        if code in (201, 409) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if api.get("ResourceSlice", "policy-unload-probe") is not None:
+        api.delete("ResourceSlice", "policy-unload-probe")
+    assert code in (201, 409), f"the admission policies stayed in force: {text}"
 
 
 def pod_bound_token(api: ClusterApi, node: str, pod_name: str) -> str:
