@@ -151,6 +151,9 @@ class PartialPrepareError(Exception):
 
 
 class HealthStatus(enum.Enum):
+    """A device's health as the kubelet's DRA health service reports it (the values of
+    its ``HealthStatus`` enum)."""
+
     UNKNOWN = 0
     HEALTHY = 1
     UNHEALTHY = 2
@@ -158,6 +161,8 @@ class HealthStatus(enum.Enum):
 
 @dataclass(frozen=True)
 class DeviceHealth:
+    """What ``health()`` says of one device: its status and, when not healthy, why."""
+
     status: HealthStatus
     message: str = ""
 

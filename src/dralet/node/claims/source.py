@@ -29,6 +29,10 @@ __all__ = [
 
 
 class ClaimSource(Protocol):
+    """Where the claim engine reads ResourceClaims and keeps its finalizer on them:
+    ``dralet.kube.ClaimClient`` against the API server, ``dralet.testing.MemoryClaims``
+    in an author's tests."""
+
     async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The ResourceClaim as a JSON dict, or None when it does not exist."""
         ...
