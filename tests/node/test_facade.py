@@ -82,6 +82,30 @@ async def test_driver_publishes_and_republishes_on_publish(short_root: Path) -> 
         assert not settings.driver.registration_socket.exists()
 
 
+class HotPlugGPUs(SimulatedGPUs):
+    """Example GPUs that say when a card is added, through the function they are given."""
+
+    publish: Any = None
+
+    def use_publish(self, publish: Any) -> None:
+        self.publish = publish
+
+    def plug_in(self) -> None:
+        self.count += 1
+        assert self.publish is not None and self.publish()
+
+
+async def test_a_backend_tells_the_driver_its_devices_changed(short_root: Path) -> None:
+    async with ApiServer() as api:
+        ControlPlane(api).add_node()
+        settings = dralet.Settings(make_settings(short_root), api=dralet.ApiSettings(url=api.url))
+        backend = HotPlugGPUs(state_dir=short_root / "gpus", node_name=NODE, count=1)
+        async with dralet.Driver(backend, settings):
+            assert await slice_devices(api, more_than=0) == ["gpu-0"]
+            backend.plug_in()  # no resync waited for: the default is 30 s
+            assert await slice_devices(api, more_than=1) == ["gpu-0", "gpu-1"]
+
+
 async def test_standalone_driver_serves_its_own_claim_source(short_root: Path) -> None:
     settings = settings_on(short_root, standalone=True)
     backend = SimulatedGPUs(state_dir=short_root / "gpus", node_name=NODE, count=2)

@@ -141,6 +141,7 @@ class Driver:
                 log.info("Kubernetes API: %s", api.describe())
                 self._server = await self._connected(api)
             await self._server.start()
+            self._hand_publish_to_backend()
         except BaseException:
             await self._close()
             raise
@@ -181,6 +182,14 @@ class Driver:
             events=events,
             ready_after=ready_after,
         )
+
+    def _hand_publish_to_backend(self) -> None:
+        """A backend that defines ``use_publish(publish)`` gets ``Driver.publish`` once the
+        driver serves, to call when its devices change (as a Go plugin keeps the helper
+        ``Start`` returned and calls its ``PublishResources``)."""
+        hook = getattr(self._backend, "use_publish", None)
+        if callable(hook):
+            hook(self.publish)
 
     def publish(self) -> bool:
         """Re-read the backend's devices and publish them soon (call after a device
@@ -285,6 +294,10 @@ def run(
     are released with their states. A call past the timeout fails the claim with a
     retryable error and is rolled back. A device shared by several claims (consumable
     capacity) is reported in ``devices_in_use`` with all of its claims' UIDs.
+
+    Optionally, ``use_publish(publish)``: called once the driver serves, with a function
+    to call whenever the backend's devices change (a hot-plugged or retired device); it
+    re-reads ``devices()`` and publishes soon, without waiting for the periodic resync.
 
     A v1 ``dralet.DeviceBackend`` (async ``prepare(claim, device)`` and ``release(claim,
     device, state)`` per device, ``devices_in_use`` device -> one UID) still works:
