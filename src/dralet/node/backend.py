@@ -128,10 +128,14 @@ class PreparedDevice:
 
     ``state`` is stored in the checkpoint and handed back to ``release``; it must be
     JSON-serializable and is all the backend may rely on after a restart.
+    ``more_edits``: further CDI devices the container gets for this device (a control
+    node beside the device node, say), each under its own CDI id
+    ``<claim UID>-<device>-<n>`` (n = 1, 2, …) next to the device's own.
     """
 
     edits: ContainerEdits
     state: Mapping[str, Any] = field(default_factory=dict)
+    more_edits: Sequence[ContainerEdits] = ()
 
 
 class PartialPrepareError(Exception):

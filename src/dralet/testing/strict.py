@@ -151,7 +151,10 @@ class StrictBackend:
                     if result is not None
                     else ContainerEdits(env=(f"STRICT_DEVICE={device.device}",))
                 )
-                results.append(PreparedDevice(edits=edits, state=dict(entry["state"])))
+                more = result.more_edits if result is not None else ()
+                results.append(
+                    PreparedDevice(edits=edits, state=dict(entry["state"]), more_edits=more)
+                )
             self._write(held)
         if failure is not None:
             raise PartialPrepareError(failure.cause, results)

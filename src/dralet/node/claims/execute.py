@@ -96,6 +96,17 @@ def _stored_config(config: DeviceConfig, order: int) -> dict[str, Any]:
     }
 
 
+def _cdi_names(base: str, more: int) -> list[str]:
+    """A device's CDI device names: its own, then one per further CDI device."""
+    return [base, *(f"{base}-{n}" for n in range(1, more + 1))]
+
+
+def _cdi_ids(device: DeviceRecord, more: int) -> tuple[str, ...]:
+    """``device``'s fully qualified CDI ids with ``more`` further CDI devices."""
+    kind, _, base = device.cdi_device_ids[0].partition("=")
+    return tuple(f"{kind}={name}" for name in _cdi_names(base, more))
+
+
 class Steps:
     """What the engine does to one claim; every method expects the claim lock held."""
 
@@ -147,13 +158,12 @@ class Steps:
             await self.store.put(record)
             failpoints.hit(FP_AFTER_DEVICE_RECORDED)
             for device, result in zip(record.devices, results, strict=True):
-                if result.edits.is_empty():
+                if any(e.is_empty() for e in (result.edits, *result.more_edits)):
                     raise errors.ClaimError(
                         ref.uid, f"backend returned no container edits for device {device.device}"
                     )
-            edits = [r.edits for r in results]
             failpoints.hit(FP_AFTER_BACKEND_PREPARE)
-            document = self._build_spec(ref, record.devices, edits)
+            document = self._build_spec(ref, record.devices, results)
             await self.spec_io.write(ref.uid, document)
             failpoints.hit(FP_AFTER_SPEC)
             completed = await self.store.put(
@@ -227,8 +237,14 @@ class Steps:
 
     @staticmethod
     def _with_states(record: ClaimRecord, results: Sequence[PreparedDevice | None]) -> ClaimRecord:
+        """The states (and the CDI ids of any further CDI devices) recorded per device."""
         devices = tuple(
-            device if result is None else device.with_prepared_state(result.state)
+            device
+            if result is None
+            else replace(
+                device.with_prepared_state(result.state),
+                cdi_device_ids=_cdi_ids(device, len(result.more_edits)),
+            )
             for device, result in zip(record.devices, results, strict=True)
         )
         return replace(record, devices=devices, updated_at=now_stamp())
@@ -268,13 +284,18 @@ class Steps:
         self,
         ref: ClaimRef,
         devices: Sequence[DeviceRecord],
-        edits: Sequence[cdi_spec.ContainerEdits],
+        results: Sequence[PreparedDevice],
     ) -> dict[str, Any]:
         spec = cdi_spec.Spec(
             kind=self.settings.cdi_kind,
             devices=tuple(
-                cdi_spec.CDIDevice(name=_cdi_device_name(ref.uid, d), container_edits=e)
-                for d, e in zip(devices, edits, strict=True)
+                cdi_spec.CDIDevice(name=name, container_edits=edits)
+                for d, r in zip(devices, results, strict=True)
+                for name, edits in zip(
+                    _cdi_names(_cdi_device_name(ref.uid, d), len(r.more_edits)),
+                    (r.edits, *r.more_edits),
+                    strict=True,
+                )
             ),
         )
         return cdi_spec.to_json(spec)
