@@ -285,7 +285,8 @@ def run(
     apply to it) and all its opaque configs for this driver in precedence order
     (``DeviceConfig``: ``source`` "class" or "claim", the ``requests`` it applies to, its
     ``parameters``; DeviceClass configs before claim configs, a later one wins). It
-    returns one ``PreparedDevice`` (``ContainerEdits`` + JSON ``state``) per device and
+    returns one ``PreparedDevice`` (``ContainerEdits`` + JSON ``state``, and
+    ``more_edits`` for further CDI devices, each with its own CDI id) per device and
     may be called again with the same allocation: it must return the same results. All
     states are stored in dralet's checkpoint in one write the moment it returns, before
     the claim is answered; ``release_claim`` gets the same allocation (same configs) and
