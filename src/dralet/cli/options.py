@@ -69,15 +69,18 @@ def driver(*, default: str | None) -> Callable[[F], F]:
             default=default,
             show_default=default is not None,
             help="The driver's backend: an installed driver (entry point of the dralet.drivers "
-            "group: example, example-strict, ...) or package.module:factory ($DRALET_DRIVER).",
+            "group: example, example-strict, hostdev, ...) or package.module:factory "
+            "($DRALET_DRIVER).",
         ),
         click.option(
             "--driver-config",
+            "--config",
+            "driver_config",
             type=click.Path(path_type=Path, dir_okay=False),
             envvar="DRALET_DRIVER_CONFIG",
             default=None,
-            help="The driver's own configuration file, handed to its factory "
-            "($DRALET_DRIVER_CONFIG).",
+            help="The driver's own configuration file, handed to its factory; --config for "
+            "short ($DRALET_DRIVER_CONFIG).",
         ),
         click.option(
             "--driver-option",

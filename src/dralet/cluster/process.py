@@ -102,6 +102,9 @@ _API_FLAGS = frozenset({"--api-url", "--kubeconfig", "--in-cluster"})
 """Flags of ``dralet run`` that point it at an API server; without one it runs standalone."""
 
 
+_EXAMPLE_DRIVERS = frozenset({"example", "example-strict"})
+
+
 def driver_args(
     paths: DriverPaths,
     *,
@@ -109,8 +112,11 @@ def driver_args(
     gpus: int = 4,
     extra: Sequence[str] = (),
     driver: str = "example",
+    driver_config: Path | None = None,
 ) -> list[str]:
-    """The ``dralet run`` arguments for the example driver (or ``example-strict``) on ``paths``."""
+    """The ``dralet run`` arguments for ``driver`` on ``paths``: the example driver (or
+    ``example-strict``) with ``gpus`` simulated GPUs, or any other driver with its
+    ``driver_config`` file."""
     args = [
         "run",
         "--driver", driver,
@@ -120,8 +126,11 @@ def driver_args(
         "--registry-dir", str(paths.registry_dir),
         "--cdi-dir", str(paths.cdi_dir),
         "--state-dir", str(paths.state_dir),
-        "--gpus", str(gpus),
     ]  # fmt: skip
+    if driver in _EXAMPLE_DRIVERS:
+        args += ["--gpus", str(gpus)]
+    if driver_config is not None:
+        args += ["--driver-config", str(driver_config)]
     if api_url is not None:
         args += ["--api-url", api_url]
     elif not any(arg.split("=")[0] in _API_FLAGS for arg in extra):

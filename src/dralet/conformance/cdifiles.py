@@ -3,34 +3,23 @@
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import json
-import os
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from dralet import inotify
 from dralet.cdi import spec as cdi_spec
 
 __all__ = ["SPEC_SUFFIXES", "SpecWatch", "defined_devices", "invalid_specs"]
 
 SPEC_SUFFIXES = (".json", ".yaml", ".yml")
-# <sys/inotify.h>
-IN_MODIFY = 0x002
-IN_MOVED_TO = 0x080
-IN_CREATE = 0x100
-IN_NONBLOCK = 0o4000
-IN_CLOEXEC = 0o2000000
-_EVENT = struct.Struct("iIII")
-_READ_SIZE = 65536
 # Creating or writing a file under its final name is writing in place. Closing it is
 # not: a writer that keeps its temp file open (and locked) until after the rename closes
 # it under the final name, with every byte already written and synced.
-IN_PLACE = IN_CREATE | IN_MODIFY
+IN_PLACE = inotify.IN_CREATE | inotify.IN_MODIFY
 
 
 def _load(path: Path) -> Any:
@@ -89,49 +78,40 @@ class SpecWatch:
     half-written)."""
     unwatched: str = ""
     """Why nothing is watched ('' while watching)."""
-    _fd: int = -1
+    _watch: inotify.Inotify | None = None
 
     def start(self) -> bool:
         """Start watching; False (and ``unwatched`` says why) when it cannot."""
-        libc = ctypes.CDLL(None, use_errno=True)
-        if not hasattr(libc, "inotify_init1"):
-            self.unwatched = "this system has no inotify"
+        try:
+            watch = inotify.Inotify()
+        except inotify.InotifyUnavailableError as exc:
+            self.unwatched = f"no inotify here: {exc.strerror}"
             return False
-        fd = int(libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
-        if fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        mask = IN_PLACE | IN_MOVED_TO
-        if libc.inotify_add_watch(fd, os.fsencode(self.cdi_dir), mask) < 0:
-            os.close(fd)
-            error = ctypes.get_errno()
-            if error == errno.ENOENT:
-                self.unwatched = f"{self.cdi_dir} did not exist to watch"
-                return False
-            raise OSError(error, f"inotify_add_watch {self.cdi_dir} failed")
-        self._fd = fd
+        try:
+            watch.add(self.cdi_dir, IN_PLACE | inotify.IN_MOVED_TO)
+        except FileNotFoundError:
+            watch.close()
+            self.unwatched = f"{self.cdi_dir} did not exist to watch"
+            return False
+        except OSError:
+            watch.close()
+            raise
+        self._watch = watch
         return True
 
     def drain(self) -> None:
-        while self._fd >= 0:
-            try:
-                data = os.read(self._fd, _READ_SIZE)
-            except BlockingIOError:
-                return
-            offset = 0
-            while offset < len(data):
-                _, mask, _, length = _EVENT.unpack_from(data, offset)
-                raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
-                offset += _EVENT.size + length
-                name = raw.rstrip(b"\0").decode(errors="replace")
-                if not name.endswith(SPEC_SUFFIXES):
-                    continue
-                if mask & IN_MOVED_TO:
-                    self.renamed.add(name)
-                elif mask & IN_PLACE:
-                    self.in_place.add(name)
+        if self._watch is None:
+            return
+        for event in self._watch.read():
+            if not event.name.endswith(SPEC_SUFFIXES):
+                continue
+            if event.mask & inotify.IN_MOVED_TO:
+                self.renamed.add(event.name)
+            elif event.mask & IN_PLACE:
+                self.in_place.add(event.name)
 
     def close(self) -> None:
-        if self._fd >= 0:
+        if self._watch is not None:
             self.drain()
-            os.close(self._fd)
-            self._fd = -1
+            self._watch.close()
+            self._watch = None
