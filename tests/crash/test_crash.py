@@ -9,6 +9,9 @@ round over the failpoints runs the example driver behind the strict backend
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,8 @@ SECONDS_PER_RUN_BUDGET = 3.0
 """Generous wall time per run for the campaign's timeout (measured: about 0.45 s each)."""
 CAMPAIGN_TIMEOUT = max(900, int(crash.CrashSettings.from_env().runs * SECONDS_PER_RUN_BUDGET))
 SHOWN_FAILURES = 5
+HOSTDEV_ROUNDS = 4
+"""CI size on hostdev: every failpoint armed four times."""
 
 
 def test_failpoints_are_scheduled_round_robin() -> None:
@@ -62,6 +67,31 @@ async def test_crash_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     with capsys.disabled():
         print(f"\n{report.summary()}\n{report.coverage_table()}")
     assert 0 < sum(r.strict for r in report.results) < len(report.results) or settings.runs < 60
+    failures = "\n\n".join(r.describe(settings) for r in report.failed[:SHOWN_FAILURES])
+    assert not report.failed, f"{len(report.failed)} runs broke an invariant:\n{failures}"
+    if settings.runs >= len(report.known):
+        assert report.never_reached == []
+        assert report.never_killed == [], "armed round-robin, yet these never fired"
+
+
+def _can_mknod(directory: Path) -> bool:
+    try:
+        os.mknod(directory / "probe", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    except PermissionError:
+        return False
+    return True
+
+
+@pytest.mark.timeout(CAMPAIGN_TIMEOUT)
+async def test_crash_runs_on_hostdev(short_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same campaign against the hostdev driver over device nodes made for the run."""
+    if not _can_mknod(short_tmp):
+        pytest.skip("making device nodes needs CAP_MKNOD")
+    settings = crash.CrashSettings.from_env(runs=HOSTDEV_ROUNDS * len(crash.declared_failpoints()))
+    settings = dataclasses.replace(settings, target="hostdev")
+    report = await crash.run_many(settings, root=short_tmp / "crash")
+    with capsys.disabled():
+        print(f"\nhostdev: {report.summary()}\n{report.coverage_table()}")
     failures = "\n\n".join(r.describe(settings) for r in report.failed[:SHOWN_FAILURES])
     assert not report.failed, f"{len(report.failed)} runs broke an invariant:\n{failures}"
     if settings.runs >= len(report.known):

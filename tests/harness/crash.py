@@ -52,12 +52,11 @@ from dralet.apiserver import ApiServer
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint import database
 from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
-from dralet.drivers.example import SimulatedGPUs
 from dralet.kubelet import KubeletClaim, KubeletEmulator, KubeletError, PluginConnection
 from dralet.node import audit
 from dralet.node import claims as claim_checks
 from dralet.node.settings import DriverSettings
-from dralet.testing.strict import StrictBackend
+from tests.harness import targets
 
 __all__ = [
     "ENV_CONCURRENCY",
@@ -74,6 +73,7 @@ __all__ = [
 ENV_SEED = "DRALET_CRASH_SEED"
 ENV_RUNS = "DRALET_CRASH_RUNS"
 ENV_CONCURRENCY = "DRALET_CRASH_CONCURRENCY"
+ENV_TARGET = "DRALET_CRASH_TARGET"
 KILLED = -9
 OPERATIONS = (
     "prepare",
@@ -122,7 +122,8 @@ class CrashSettings:
     exit_within: float = 10.0
     """Seconds a driver whose calls fail UNAVAILABLE has to be seen exiting."""
     kubernetes_version: str = "1.34"
-    driver_name: str = "gpu.example.com"
+    target: str = "example"
+    """What the runs drive (``tests.harness.targets``; ``DRALET_CRASH_TARGET``)."""
     node_name: str = "node-a"
     keep_passing_runs: bool = False
     """Keep the directories of runs without violations (failing runs are always kept)."""
@@ -140,6 +141,8 @@ class CrashSettings:
             values["base_seed"] = int(source[ENV_SEED])
         if source.get(ENV_CONCURRENCY):
             values["concurrency"] = int(source[ENV_CONCURRENCY])
+        if source.get(ENV_TARGET):
+            values["target"] = source[ENV_TARGET]
         return cls(**values)
 
 
@@ -273,18 +276,17 @@ class _Run:
         self.failpoint = failpoint_for(seed, names)
         self.names = list(names)
         self.nth = self.rng.randint(1, settings.max_nth)
+        target = targets.TARGETS[settings.target]
         # Every other round over the failpoints runs the driver behind the strict backend,
         # which checks that release gets back the state prepare returned.
-        self.strict = (seed // max(1, len(names))) % 2 == 1
+        self.strict = target.supports_strict and (seed // max(1, len(names))) % 2 == 1
         self.result = RunResult(
             seed=seed, failpoint=self.failpoint, nth=self.nth, root=root, strict=self.strict
         )
-        self.paths = DriverPaths(
-            root, driver_name=settings.driver_name, node_name=settings.node_name
-        )
+        self.paths = DriverPaths(root, driver_name=target.driver_name, node_name=settings.node_name)
         self.hit_log = root / "failpoints.log"
         self.node_settings = DriverSettings(
-            driver_name=settings.driver_name,
+            driver_name=target.driver_name,
             node_name=settings.node_name,
             plugin_dir=self.paths.plugin_dir,
             registry_dir=self.paths.registry_dir,
@@ -292,7 +294,8 @@ class _Run:
             backend_state_dir=self.paths.state_dir,
         )
         self.specs = cdi_store.SpecStore(self.node_settings.cdi_dir, self.node_settings.cdi_kind)
-        self.finalizer = claim_checks.finalizer_name(settings.driver_name)
+        self.target = target(self.node_settings, strict=self.strict)
+        self.finalizer = claim_checks.finalizer_name(target.driver_name)
         self.pods: list[_Pod] = []
         self.holds: set[str] = set()
         """Claims the driver answered 'prepared' for whose pod has not been deleted since."""
@@ -302,15 +305,9 @@ class _Run:
             call_timeout=settings.call_timeout,
         )
         self.driver = DriverProcess(
-            driver_args(
-                self.paths,
-                api_url=None,
-                gpus=settings.gpus,
-                extra=["--no-publish", "--log-level", "warning"],
-                driver="example-strict" if self.strict else "example",
-            ),
+            self.driver_args(api_url=None),
             log_path=root / "driver.log",
-            env={failpoints.ENV_LOG: str(self.hit_log)},
+            env={failpoints.ENV_LOG: str(self.hit_log), **self.target.env(root)},
         )
         self.plugin: PluginConnection | None = None
         self.lifecycle = asyncio.Lock()
@@ -320,7 +317,8 @@ class _Run:
         self.primary_fired = False
         self.second_chance = False
         self.cluster: ControlPlane | None = None
-        self.gpus: SimulatedGPUs | None = None
+        self.backend: Any = None
+        """The target's view of the hardware (``devices_in_use``), for the audit."""
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -335,8 +333,18 @@ class _Run:
         return pod.ref.name
 
     def _in_use(self) -> dict[str, str]:
-        assert self.gpus is not None
-        return self.gpus.in_use()
+        return self.target.in_use(self.paths.root)
+
+    def driver_args(self, *, api_url: str | None) -> list[str]:
+        selection = self.target.driver_args(self.paths.root)
+        at = selection.index("--driver")
+        return driver_args(
+            self.paths,
+            api_url=api_url,
+            gpus=self.settings.gpus,
+            driver=selection[at + 1],
+            extra=[*selection[:at], *selection[at + 2 :], "--no-publish", "--log-level", "warning"],
+        )
 
     # ------------------------------------------------------------------ driver
 
@@ -364,7 +372,7 @@ class _Run:
                 return
             try:
                 self.plugin = await self.kubelet.wait_for_plugin(
-                    self.settings.driver_name, within=0.5
+                    self.target.driver_name, within=0.5
                 )
             except KubeletError:
                 if time.monotonic() > deadline:
@@ -611,13 +619,12 @@ class _Run:
         return sorted(found)
 
     async def audit_node(self, *, empty: bool, when: str = "settled") -> None:
-        assert self.gpus is not None
         assert self.cluster is not None
         temps = self.temp_leftovers()
         if temps:
             self.violation(f"{when}: temp files of interrupted writes remain: {temps}")
         snapshot = await audit.take_snapshot(
-            self.node_settings, backend=self.gpus, claims=_ApiClaims(self.cluster.api)
+            self.node_settings, backend=self.backend, claims=_ApiClaims(self.cluster.api)
         )
         for finding in audit.find_inconsistencies(snapshot):
             self.violation(f"audit {when}: {finding.kind} {finding.subject}: {finding.message}")
@@ -650,23 +657,13 @@ class _Run:
     async def execute(self) -> None:
         self.paths.root.mkdir(parents=True, exist_ok=True)
         async with ApiServer(kubernetes_version=self.settings.kubernetes_version) as api:
-            self.driver.args = driver_args(
-                self.paths,
-                api_url=api.url,
-                gpus=self.settings.gpus,
-                extra=["--no-publish", "--log-level", "warning"],
-                driver="example-strict" if self.strict else "example",
-            )
+            gpu_names = self.target.setup(self.paths.root, self.settings.gpus)
+            self.backend = self.target.backend(self.paths.root)
+            self.driver.args = self.driver_args(api_url=api.url)
             self.cluster = ControlPlane(
-                api, driver_name=self.settings.driver_name, node_name=self.settings.node_name
+                api, driver_name=self.target.driver_name, node_name=self.settings.node_name
             )
             self.cluster.add_node()
-            self.gpus = SimulatedGPUs(
-                state_dir=self.paths.state_dir,
-                node_name=self.settings.node_name,
-                count=self.settings.gpus,
-            )
-            gpu_names = [f"gpu-{i}" for i in range(self.settings.gpus)]
             for index in range(self.settings.claims):
                 devices = tuple(sorted(self.rng.sample(gpu_names, self.rng.choice((1, 1, 2)))))
                 ref = self.cluster.allocate_claim(
@@ -694,8 +691,8 @@ class _Run:
                 await self.driver.terminate()
                 await self.kubelet.close()
                 self.running = False
-        for broken in StrictBackend.violations_in(self.paths.state_dir / "strict"):
-            self.violation(f"strict backend: {broken}")
+        for broken in self.target.violations(self.paths.root):
+            self.violation(broken)
         self.result.reached.update(_read_hits(self.hit_log))
 
 

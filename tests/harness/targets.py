@@ -1,0 +1,169 @@
+"""What a crash run drives: the driver process to start and the hardware truth to judge it by.
+
+A target names the ``dralet run --driver`` selection and its configuration, makes the
+(simulated or test-made) hardware a run needs, and says which claim the hardware holds
+each device for, independently of the driver's own answers:
+
+- ``example``: the simulated GPUs (their state file), every other round behind the
+  strict backend, whose broken-promise log is a violation.
+- ``hostdev``: device nodes made with mknod for the run, served by the hostdev driver.
+  It has no hardware state: what it holds comes from dralet's records (read without
+  the driver), so the run's own checks (a claim the kubelet unprepared is gone, no
+  device prepared for two claims) judge the records and the CDI specs; the nodes
+  themselves must come out of every run untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from dralet.drivers.example import SimulatedGPUs
+from dralet.drivers.hostdev import HostDevices, load_config
+from dralet.node.settings import DriverSettings
+from dralet.testing.strict import StrictBackend
+
+__all__ = ["TARGETS", "CrashTarget", "ExampleTarget", "HostdevTarget"]
+
+
+class CrashTarget(Protocol):
+    driver_name: ClassVar[str]
+    supports_strict: ClassVar[bool]
+
+    def setup(self, root: Path, devices: int) -> list[str]:
+        """Make the hardware; the device names a scheduler may allocate."""
+        ...
+
+    def driver_args(self, root: Path) -> list[str]:
+        """``--driver NAME`` and any ``--driver-config FILE`` for ``dralet run``."""
+        ...
+
+    def env(self, root: Path) -> dict[str, str]:
+        """Environment of the driver process."""
+        ...
+
+    def backend(self, root: Path) -> Any:
+        """An object whose ``devices_in_use()`` reads the hardware (for the audit)."""
+        ...
+
+    def in_use(self, root: Path) -> dict[str, str]:
+        """Device → the claim UID the hardware holds it for."""
+        ...
+
+    def violations(self, root: Path) -> list[str]:
+        """Broken promises only this target can see."""
+        ...
+
+
+def _one_holder(in_use: Mapping[str, str | Collection[str]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for device, holders in in_use.items():
+        out[device] = holders if isinstance(holders, str) else ",".join(sorted(holders))
+    return out
+
+
+class ExampleTarget:
+    driver_name: ClassVar[str] = "gpu.example.com"
+    supports_strict: ClassVar[bool] = True
+
+    def __init__(self, settings: DriverSettings, *, strict: bool) -> None:
+        self.settings = settings
+        self.strict = strict
+        self._gpus: SimulatedGPUs | None = None
+
+    def setup(self, root: Path, devices: int) -> list[str]:
+        assert self.settings.backend_state_dir is not None
+        self._gpus = SimulatedGPUs(
+            state_dir=self.settings.backend_state_dir,
+            node_name=self.settings.node_name,
+            count=devices,
+        )
+        return [f"gpu-{i}" for i in range(devices)]
+
+    def driver_args(self, root: Path) -> list[str]:
+        return ["--driver", "example-strict" if self.strict else "example"]
+
+    def env(self, root: Path) -> dict[str, str]:
+        return {}
+
+    def backend(self, root: Path) -> SimulatedGPUs:
+        assert self._gpus is not None
+        return self._gpus
+
+    def in_use(self, root: Path) -> dict[str, str]:
+        return self.backend(root).in_use()
+
+    def violations(self, root: Path) -> list[str]:
+        assert self.settings.backend_state_dir is not None
+        return [
+            f"strict backend: {broken}"
+            for broken in StrictBackend.violations_in(self.settings.backend_state_dir / "strict")
+        ]
+
+
+class HostdevTarget:
+    driver_name: ClassVar[str] = "hostdev.example.com"
+    supports_strict: ClassVar[bool] = False
+    NUMBERS: ClassVar[tuple[tuple[int, int], ...]] = ((1, 3), (1, 5), (1, 7), (1, 8), (1, 9))
+    """Harmless kernel devices (null, zero, full, random, urandom): a node of each."""
+
+    def __init__(self, settings: DriverSettings, *, strict: bool = False) -> None:
+        self.settings = settings
+        self._nodes: dict[Path, tuple[int, int, int]] = {}
+
+    def _config(self, root: Path) -> Path:
+        return root / "hostdev.yaml"
+
+    def setup(self, root: Path, devices: int) -> list[str]:
+        if devices > len(self.NUMBERS):
+            raise ValueError(f"hostdev crash runs make at most {len(self.NUMBERS)} nodes")
+        dev = root / "hostdev" / "dev"
+        dev.mkdir(parents=True, exist_ok=True)
+        (root / "hostdev" / "sys").mkdir(exist_ok=True)
+        for index, (major, minor) in enumerate(self.NUMBERS[:devices]):
+            path = dev / f"n{index}"
+            os.mknod(path, stat.S_IFCHR | 0o640, os.makedev(major, minor))
+            self._nodes[path] = (major, minor, stat.S_IFCHR | 0o640)
+        self._config(root).write_text(
+            f"sysfsRoot: {root / 'hostdev' / 'sys'}\nudevDataDir: {root / 'hostdev' / 'udev'}\n"
+            f"groups:\n  - name: hd\n    match: {{paths: ['{dev}/n*'], type: char}}\n"
+            "    naming: [path]\n    containerPath: /dev/hd/{basename}\n"
+        )
+        return [f"hd-n{i}" for i in range(devices)]
+
+    def driver_args(self, root: Path) -> list[str]:
+        return ["--driver", "hostdev", "--driver-config", str(self._config(root))]
+
+    def env(self, root: Path) -> dict[str, str]:
+        return {}
+
+    def backend(self, root: Path) -> HostDevices:
+        return HostDevices(
+            load_config(self._config(root).read_text()),
+            store_path=self.settings.store_path,
+            legacy_path=self.settings.checkpoint_path,
+        )
+
+    def in_use(self, root: Path) -> dict[str, str]:
+        return _one_holder(self.backend(root).devices_in_use())
+
+    def violations(self, root: Path) -> list[str]:
+        broken: list[str] = []
+        for path, (major, minor, mode) in self._nodes.items():
+            info = os.lstat(path)
+            if (os.major(info.st_rdev), os.minor(info.st_rdev), info.st_mode) != (
+                major,
+                minor,
+                mode,
+            ):
+                broken.append(f"the driver changed device node {path}")
+        return broken
+
+
+TARGETS: dict[str, type[ExampleTarget] | type[HostdevTarget]] = {
+    "example": ExampleTarget,
+    "hostdev": HostdevTarget,
+}
