@@ -106,8 +106,11 @@ def set_args(settings: Settings) -> list[str]:
 
 
 @functools.cache
-def render_chart(kube_version: str, settings: Settings = ()) -> tuple[Document, ...]:
-    """The objects ``helm template`` makes for a cluster of ``kube_version``."""
+def render_chart(
+    kube_version: str, settings: Settings = (), values: tuple[Path, ...] = ()
+) -> tuple[Document, ...]:
+    """The objects ``helm template`` makes for a cluster of ``kube_version`` (with the
+    ``values`` files, then the ``settings``)."""
     completed = run_helm(
         "template",
         RELEASE,
@@ -116,6 +119,7 @@ def render_chart(kube_version: str, settings: Settings = ()) -> tuple[Document, 
         NAMESPACE,
         "--kube-version",
         f"{kube_version}.0",
+        *(arg for path in values for arg in ("--values", str(path))),
         *set_args(settings),
     )
     if completed.returncode != 0:

@@ -215,7 +215,7 @@ async def test_opaque_env_config_in_precedence_and_unknown_keys_refused(
         assert backend.devices_in_use() == {}
 
 
-async def test_two_devices_at_one_container_path_are_refused(
+async def test_a_fixed_container_path_numbers_the_devices_after_the_first(
     host: FakeHost, short_root: Path
 ) -> None:
     host.node("x0", (1, 3))
@@ -224,13 +224,44 @@ async def test_two_devices_at_one_container_path_are_refused(
     text = (
         f"  - name: dev\n    match: {{paths: ['{host.dev}/x*']}}\n    naming: [path]\n"
         "    containerPath: /dev/one\n"
+        f"  - name: idx\n    match: {{paths: ['{host.dev}/y*']}}\n    naming: [path]\n"
+        "    containerPath: /dev/slot{index}\n"
+    )
+    host.node("y0", (1, 7))
+    host.node("y1", (1, 8))
+    backend = _backend(host, settings, text)
+    claims = MemoryClaims()
+    claim = claims.add(_claim("a", UID_A, "dev-x0", "dev-x1", "idx-y1", "idx-y0"))
+    async with running_node(settings, backend, claims=claims) as node:
+        assert (await node.prepare(claim)).kubelet_error == ""
+        paths = {
+            n["hostPath"].rsplit("/", 1)[1]: n["path"]
+            for e in _spec_edits(settings.cdi_dir, UID_A)
+            for n in e["deviceNodes"]
+        }
+    assert paths == {"x0": "/dev/one", "x1": "/dev/one-1", "y1": "/dev/slot0", "y0": "/dev/slot1"}
+
+
+async def test_two_devices_at_one_container_path_are_refused(
+    host: FakeHost, short_root: Path
+) -> None:
+    host.node("x0", (1, 3))
+    host.node("x1", (1, 5))
+    settings = node_settings(short_root, driver_name=DRIVER)
+    text = (
+        f"  - name: dev\n    match: {{paths: ['{host.dev}/x0']}}\n    naming: [path]\n"
+        "    containerPath: /dev/one\n"
+        f"  - name: other\n    match: {{paths: ['{host.dev}/x1']}}\n    naming: [path]\n"
+        "    containerPath: /dev/one\n"
     )
     backend = _backend(host, settings, text)
     claims = MemoryClaims()
-    claim = claims.add(_claim("a", UID_A, "dev-x0", "dev-x1"))
+    claim = claims.add(_claim("a", UID_A, "dev-x0", "other-x1"))
     async with running_node(settings, backend, claims=claims) as node:
         result = await node.prepare(claim)
-    assert "would both be /dev/one in the container" in result.claims[UID_A].error
+    assert "devices dev-x0 and other-x1 would both be /dev/one in the container" in (
+        result.claims[UID_A].error
+    )
     assert backend.devices_in_use() == {}
 
 

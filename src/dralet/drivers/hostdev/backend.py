@@ -128,6 +128,7 @@ class HostDevices:
         found = self.scan()
         prepared: list[dralet.PreparedDevice] = []
         container_paths: dict[str, str] = {}
+        per_group: dict[str, int] = {}
         for allocated in allocation.devices:
             device = found.get(allocated.device)
             if device is None:
@@ -135,13 +136,15 @@ class HostDevices:
                     uid, f"device {allocated.device} is not on this node now (unplugged?)"
                 )
             env = _env(uid, allocated)
-            path = _container_path(device)
+            index = per_group.get(device.group.name, 0)
+            per_group[device.group.name] = index + 1
+            path = _container_path(device, index)
             if path in container_paths:
                 raise dralet.ClaimError(
                     uid,
                     f"devices {container_paths[path]} and {allocated.device} would both be "
                     f"{path} in the container; give group {device.group.name} a containerPath "
-                    "with {basename} or {device}",
+                    "with {basename}, {device} or {index}",
                 )
             container_paths[path] = allocated.device
             prepared.append(_prepared(device, path, env))
@@ -267,12 +270,19 @@ def _env(uid: str, allocated: dralet.AllocatedDevice) -> tuple[str, ...]:
     return tuple(f"{k}={v}" for k, v in sorted(merged.items()))
 
 
-def _container_path(device: nodes.FoundDevice) -> str:
+def _container_path(device: nodes.FoundDevice, index: int) -> str:
+    """Where the ``index``-th device of its group in a claim appears in the container."""
     template = device.group.container_path
     if template is None:
         return device.node.path
+    if "{" not in template:
+        return template if index == 0 else f"{template}-{index}"
     basename = device.node.path.rsplit("/", 1)[-1]
-    return template.replace("{basename}", basename).replace("{device}", device.name)
+    return (
+        template.replace("{basename}", basename)
+        .replace("{device}", device.name)
+        .replace("{index}", str(index))
+    )
 
 
 def _prepared(device: nodes.FoundDevice, path: str, env: Sequence[str]) -> dralet.PreparedDevice:

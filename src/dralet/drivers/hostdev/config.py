@@ -53,8 +53,10 @@ GROUP_NAME_MAX_LENGTH = 24
 """Leaves room in a 63-character device name for the stable id."""
 _NAMING = re.compile(r"(udev:[A-Za-z0-9_]+|sysfs|path)")
 _PLACEHOLDERS = re.compile(r"\{([a-z]*)\}")
-CONTAINER_PATH_PLACEHOLDERS = frozenset({"basename", "device"})
-"""``{basename}``: the host node's file name; ``{device}``: the published device name."""
+CONTAINER_PATH_PLACEHOLDERS = frozenset({"basename", "device", "index"})
+"""``{basename}``: the host node's file name; ``{device}``: the published device name;
+``{index}``: the device's position among the claim's devices of its group (0, 1, …).
+A path without a placeholder is the first device's; the n-th after it gets ``-<n>``."""
 
 
 class ConfigError(ValueError):
@@ -145,7 +147,7 @@ class Group(_Model):
     consumable capacity."""
     container_path: str | None = Field(default=None, alias="containerPath")
     """Where the node appears in the container (default: its host path); may use
-    ``{basename}`` and ``{device}``."""
+    ``{basename}``, ``{device}`` and ``{index}`` (see ``CONTAINER_PATH_PLACEHOLDERS``)."""
     permissions: str = "rw"
     """The cgroup access the container gets: some of r (read), w (write), m (mknod)."""
     file_mode: int | None = Field(default=None, alias="fileMode")
