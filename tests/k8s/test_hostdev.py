@@ -6,6 +6,7 @@ the driver prepares what was allocated."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,7 +168,8 @@ async def test_a_shared_device_goes_to_two_claims_and_an_exclusive_one_to_one(
         _pod(api, name, "shared" if name.startswith("s") else "excl")
 
     shared = [
-        await eventually(lambda n=n: _bound_claim(api, n), f"{n} bound") for n in ("s1", "s2")
+        await eventually(functools.partial(_bound_claim, api, n), f"{n} bound")
+        for n in ("s1", "s2")
     ]
     results = [c["status"]["allocation"]["devices"]["results"][0] for c in shared]
     assert {r["device"] for r in results} == {"shared-shared0"}

@@ -154,10 +154,11 @@ async def test_a_pod_with_devices_of_two_drivers_runs_in_podman(
             "DELETE", api.path("Pod", name="both", namespace=NS), query={"gracePeriodSeconds": "0"}
         )
         for ref in refs.values():
-            await eventually(
-                lambda r=ref: api.get("ResourceClaim", r.name, namespace=NS) is None,
-                f"claim {ref.name} deleted with its pod",
-            )
+
+            def deleted(name: str = ref.name) -> bool:
+                return api.get("ResourceClaim", name, namespace=NS) is None
+
+            await eventually(deleted, f"claim {ref.name} deleted with its pod")
         assert not list(node.paths.cdi_dir.glob("*.json"))
     finally:
         await hostdev.terminate()
