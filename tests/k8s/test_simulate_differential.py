@@ -1,0 +1,328 @@
+"""``dralet simulate`` against the real kube-scheduler: the same cluster state (a node's
+ResourceSlice, a DeviceClass, ResourceClaims and the Pods that use them) is given to
+kube-scheduler 1.37 and to ``dralet simulate``; each pod must get the same verdict
+(scheduled or unschedulable) and each claim the same devices.
+
+Every scenario is one node with one slice, so the allocation is deterministic (the
+structured allocator walks a slice's devices in order, first fit with backtracking,
+as simulate does) and the pods are created one at a time, in name order, each waited
+for: the scheduler's decisions and simulate's are made in the same order over the same
+free devices. Scenarios are generated from fixed seeds (device attributes and capacity,
+claims with counts, CEL selectors over attributes and capacity, matchAttribute
+constraints, pods with one or two claims) plus hand-written ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dralet import kube
+from dralet.kubelet import NodeHeartbeat
+from dralet.validation.targets import SUPPORTED_KUBERNETES_VERSIONS as SIMULATE_VERSIONS
+from tests.k8s.drivernode import eventually
+from tests.k8sapi import ClusterApi
+from tests.kubefixtures import K8S_TIMEOUT
+
+pytestmark = [pytest.mark.k8s, K8S_TIMEOUT]
+
+DRIVER = "gpu.example.com"
+NS = "default"
+MODELS = ("a100", "h100")
+MEMORY = ("1Gi", "2Gi", "4Gi")
+SEEDS = range(30)
+SCHEDULER_CACHE_GRACE = 3.0
+"""Seconds between creating the slices and the first pod (see the test)."""
+TARGET = SIMULATE_VERSIONS[-1]
+"""The newest scheduler behaviour simulate knows; the server is 1.37."""
+
+
+def _selector(rng: random.Random) -> list[dict[str, Any]]:
+    choice = rng.choice(("none", "none", "model", "memory"))
+    if choice == "model":
+        expression = f'device.attributes["{DRIVER}"].model == "{rng.choice(MODELS)}"'
+    elif choice == "memory":
+        expression = (
+            f'device.capacity["{DRIVER}"].memory.compareTo(quantity("{rng.choice(MEMORY)}")) >= 0'
+        )
+    else:
+        return []
+    return [{"cel": {"expression": expression}}]
+
+
+def generated(seed: int) -> dict[str, Any]:
+    """A scenario: the node's devices, and pods (in order) each with its claims."""
+    rng = random.Random(seed)
+    devices = [
+        {
+            "name": f"gpu-{j}",
+            "attributes": {"model": {"string": rng.choice(MODELS)}},
+            "capacity": {"memory": {"value": rng.choice(MEMORY)}},
+        }
+        for j in range(rng.randint(2, 5))
+    ]
+    pods = []
+    for p in range(rng.randint(2, 4)):
+        claims = []
+        for c in range(rng.choice((1, 1, 2))):
+            count = rng.choice((1, 1, 2))
+            exactly: dict[str, Any] = {"deviceClassName": DRIVER, "count": count}
+            if selectors := _selector(rng):
+                exactly["selectors"] = selectors
+            spec: dict[str, Any] = {"requests": [{"name": "gpus", "exactly": exactly}]}
+            if count == 2 and rng.random() < 0.5:
+                spec["constraints"] = [{"requests": ["gpus"], "matchAttribute": f"{DRIVER}/model"}]
+            claims.append((f"p{p}-c{c}", spec))
+        pods.append((f"p{p}", claims))
+    return {"devices": devices, "pods": pods}
+
+
+def _selector_memory(amount: str) -> list[dict[str, Any]]:
+    expression = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("{amount}")) >= 0'
+    return [{"cel": {"expression": expression}}]
+
+
+HAND_WRITTEN = {
+    # The first claim must not take the only large device the second one needs.
+    "backtrack-within-a-pod": {
+        "devices": [
+            {"name": "big", "capacity": {"memory": {"value": "4Gi"}}},
+            {"name": "small", "capacity": {"memory": {"value": "1Gi"}}},
+        ],
+        "pods": [
+            (
+                "p0",
+                [
+                    (
+                        "p0-any",
+                        {"requests": [{"name": "gpus", "exactly": {"deviceClassName": DRIVER}}]},
+                    ),
+                    (
+                        "p0-big",
+                        {
+                            "requests": [
+                                {
+                                    "name": "gpus",
+                                    "exactly": {
+                                        "deviceClassName": DRIVER,
+                                        "selectors": _selector_memory("4Gi"),
+                                    },
+                                }
+                            ]
+                        },
+                    ),
+                ],
+            )
+        ],
+    },
+}
+
+
+def objects(name: str, node: str, scenario: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The scenario's objects for ``node``: slice, claims, and pods in creation order."""
+    slice_ = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpus"},
+        "spec": {
+            "driver": DRIVER,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node,
+            "devices": scenario["devices"],
+        },
+    }
+    claims, pods = [], []
+    for pod_name, pod_claims in scenario["pods"]:
+        for claim_name, spec in pod_claims:
+            claims.append(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": f"{name}-{claim_name}", "namespace": NS},
+                    "spec": {"devices": spec},
+                }
+            )
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{name}-{pod_name}", "namespace": NS},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "busybox",
+                            "resources": {"claims": [{"name": c} for c, _ in pod_claims]},
+                        }
+                    ],
+                    "resourceClaims": [
+                        {"name": c, "resourceClaimName": f"{name}-{c}"} for c, _ in pod_claims
+                    ],
+                },
+            }
+        )
+    return {"slices": [slice_], "claims": claims, "pods": pods}
+
+
+def _class() -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+    }
+
+
+def _devices(claim: dict[str, Any] | None) -> list[str] | None:
+    allocation = ((claim or {}).get("status") or {}).get("allocation")
+    if not allocation:
+        return None
+    return sorted(r["device"] for r in allocation["devices"]["results"])
+
+
+async def scheduler_verdicts(
+    api: ClusterApi, parts: dict[str, list[dict[str, Any]]]
+) -> tuple[dict[str, bool], dict[str, list[str] | None]]:
+    """Pod → scheduled; claim → its devices, as kube-scheduler decides, pod by pod (the
+    slice and the claims exist already)."""
+    verdicts: dict[str, bool] = {}
+    for pod in parts["pods"]:
+        api.create(pod)
+        name = pod["metadata"]["name"]
+
+        def decided(pod_name: str = name) -> str | None:
+            current = api.get("Pod", pod_name, namespace=NS) or {}
+            if current.get("spec", {}).get("nodeName"):
+                return "scheduled"
+            for condition in current.get("status", {}).get("conditions") or []:
+                if (
+                    condition["type"] == "PodScheduled"
+                    and condition.get("reason") == "Unschedulable"
+                ):
+                    return "unschedulable"
+            return None
+
+        verdicts[name] = (
+            await eventually(decided, f"the scheduler's decision on {name}") == "scheduled"
+        )
+    for name, scheduled in verdicts.items():
+        # An unschedulable pod must stay so: one scheduled later means the first verdict
+        # was made on a stale view.
+        later = (api.get("Pod", name, namespace=NS) or {}).get("spec", {}).get("nodeName")
+        assert scheduled or not later, f"{name} was unschedulable, then scheduled"
+    claims = {
+        c["metadata"]["name"]: _devices(
+            api.get("ResourceClaim", c["metadata"]["name"], namespace=NS)
+        )
+        for c in parts["claims"]
+    }
+    return verdicts, claims
+
+
+def simulate_verdicts(
+    parts: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> tuple[dict[str, bool], dict[str, list[str] | None]]:
+    path = tmp_path / "state.yaml"
+    path.write_text(
+        yaml.safe_dump_all([_class(), *parts["slices"], *parts["claims"], *parts["pods"]])
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dralet.cli.main",
+            "simulate",
+            "-k",
+            TARGET,
+            "-o",
+            "json",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode in (0, 1), out.stderr
+    report = json.loads(out.stdout)
+    verdicts = {p["name"]: p["status"] == "scheduled" for p in report["pods"]}
+    claims: dict[str, list[str] | None] = {}
+    for claim in report["claims"]:
+        allocation = claim.get("allocation")
+        claims[claim["name"]] = (
+            sorted(r["device"] for r in allocation["devices"]["results"]) if allocation else None
+        )
+    # A claim of an unschedulable pod is not allocated, whatever simulate tried for it.
+    return verdicts, claims
+
+
+@pytest.fixture
+async def heartbeats(k8s_api: ClusterApi) -> AsyncIterator[list[str]]:
+    """Ready nodes, one per scenario, kept Ready for the test."""
+    names = [f"sim-{i}" for i in range(len(SEEDS) + len(HAND_WRITTEN))]
+    async with await kube.connect(kubeconfig=k8s_api.cluster.admin_kubeconfig) as admin:
+        beats = [NodeHeartbeat(admin, n) for n in names]
+        for beat in beats:
+            await beat.register()
+        tasks = [asyncio.create_task(beat.run()) for beat in beats]
+        k8s_api.create(_class())
+        k8s_api.wait_for_default_service_account()
+        try:
+            yield names
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_simulate_agrees_with_kube_scheduler(
+    k8s_api: ClusterApi, heartbeats: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenarios = [(f"g{seed}", generated(seed)) for seed in SEEDS] + list(HAND_WRITTEN.items())
+    disagreements: list[str] = []
+    pods = claims_compared = unschedulable = 0
+    every = [objects(name, node, s) for (name, s), node in zip(scenarios, heartbeats, strict=True)]
+    for parts in every:
+        for obj in [*parts["slices"], *parts["claims"]]:
+            k8s_api.create(obj)
+    # The scheduler must see every slice before the first pod: a verdict made before its
+    # informer has a node's slice would be "unschedulable" for want of devices.
+    await asyncio.sleep(SCHEDULER_CACHE_GRACE)
+    for parts in every:
+        real_pods, real_claims = await scheduler_verdicts(k8s_api, parts)
+        sim_pods, sim_claims = simulate_verdicts(parts, tmp_path)
+        pods += len(real_pods)
+        unschedulable += sum(not scheduled for scheduled in real_pods.values())
+        for pod, scheduled in real_pods.items():
+            if sim_pods.get(pod) != scheduled:
+                disagreements.append(
+                    f"{pod}: kube-scheduler {'scheduled' if scheduled else 'unschedulable'}, "
+                    f"simulate {sim_pods.get(pod)}"
+                )
+        for claim, devices in real_claims.items():
+            if devices is None:
+                continue
+            claims_compared += 1
+            if sim_claims.get(claim) != devices:
+                disagreements.append(
+                    f"{claim}: kube-scheduler {devices}, simulate {sim_claims.get(claim)}"
+                )
+    with capsys.disabled():
+        print(
+            f"\nsimulate vs kube-scheduler: {len(scenarios)} scenarios, {pods} pods "
+            f"({unschedulable} unschedulable), {claims_compared} allocations compared, "
+            f"{len(disagreements)} disagreements"
+        )
+    assert disagreements == []
+    assert 0 < unschedulable < pods, "the scenarios exercise both verdicts"
