@@ -1,0 +1,261 @@
+"""An optional real kubelet for the ``k8s`` tests: upstream's kubelet 1.37 with containerd
+2.x and runc (Debian's), registered with the session's control plane as a node of its own,
+so a pod's claims are prepared by the kubelet itself and its containers are created by
+containerd from dralet's CDI specs.
+
+What this sandbox needs for it, each set below with the reason:
+- no image registry can be reached: the pause and busybox images are made locally (the
+  podman harness's busybox rootfs, imported with podman and loaded with ``ctr``), and pods
+  use ``imagePullPolicy: Never``;
+- lowering ``oom_score_adj`` is refused here: containerd's ``restrict_oom_score_adj``;
+- the host has cgroup v1 (hybrid): the kubelet's ``failCgroupV1: false`` (1.35+ refuses
+  cgroup v1 otherwise), the cgroupfs driver, no QoS cgroups;
+- swap may be on: ``failSwapOn: false``; the node IP is the first non-loopback address;
+- pods use the host network; the CNI config is loopback only, so containerd reports the
+  network ready without creating bridges.
+
+Everything lives under one temporary root (the kubelet's ``--root-dir``, containerd's root
+and state, the CDI dir) except the container logs the kubelet writes to /var/log/pods and
+/var/log/containers (its fixed paths), which are removed for this node's pods at the end;
+mounts under the root are unmounted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.harness import podman
+from tests.k8scluster import binary_dir
+
+__all__ = ["BINARIES", "BUSYBOX_IMAGE", "RealKubelet", "missing", "real_kubelet"]
+
+BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr")
+BUSYBOX_IMAGE = "localhost/busybox:dralet"
+PAUSE_IMAGE = "localhost/pause:dralet"
+READY_WITHIN = 90.0
+
+
+def missing() -> str:
+    """Why a real kubelet cannot run here ('' when it can)."""
+    folder = binary_dir()
+    absent = [b for b in BINARIES if not (folder / b).is_file()]
+    if absent:
+        return f"{', '.join(absent)} not built in {folder} (make k8s)"
+    if os.geteuid() != 0:
+        return "a kubelet and containerd need root"
+    if shutil.which("runc") is None:
+        return "runc is not installed"
+    state = podman.available()
+    if not state:
+        return f"the local images are made with podman: {state.reason}"
+    return ""
+
+
+def _node_ip() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # no packet is sent: this picks the outgoing address
+        return str(s.getsockname()[0])
+
+
+def _images(root: Path, ctr: list[str]) -> None:
+    rootfs = podman.ensure_rootfs()
+    archive = root / "rootfs.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(rootfs, arcname=".")
+    for name, command in (
+        (BUSYBOX_IMAGE, ["/bin/sh"]),
+        (PAUSE_IMAGE, ["/bin/sleep", "2147483647"]),
+    ):
+        subprocess.run(
+            ["podman", "import", "--change", f"CMD {json.dumps(command)}", str(archive), name],
+            check=True,
+            capture_output=True,
+        )
+        saved = root / f"{name.rsplit('/', 1)[1].replace(':', '-')}.tar"
+        subprocess.run(
+            ["podman", "save", "--format", "oci-archive", "-o", str(saved), name],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run([*ctr, "images", "import", str(saved)], check=True, capture_output=True)
+
+
+@dataclass
+class RealKubelet:
+    node_name: str
+    root: Path
+    registry_dir: Path
+    plugins_dir: Path
+    cdi_dir: Path
+    kubelet: subprocess.Popen[bytes]
+    containerd: subprocess.Popen[bytes]
+
+    def log(self) -> str:
+        return (self.root / "kubelet.log").read_text(errors="replace")[-4000:]
+
+    def container_log(self, namespace: str, pod: str, container: str) -> str:
+        """What the container wrote, from the kubelet's log files."""
+        for directory in Path("/var/log/pods").glob(f"{namespace}_{pod}_*"):
+            for path in sorted((directory / container).glob("*.log")):
+                lines = path.read_text(errors="replace").splitlines()
+                return "\n".join(line.split(" ", 3)[-1] for line in lines)
+        return ""
+
+
+def _write_configs(root: Path, node_ip: str) -> tuple[Path, Path]:
+    cni = root / "cni"
+    cni.mkdir()
+    (cni / "10-loopback.conflist").write_text(
+        json.dumps({"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "loopback"}]})
+    )
+    containerd = root / "containerd.toml"
+    containerd.write_text(
+        f"""version = 3
+root = "{root}/containerd/root"
+state = "{root}/containerd/state"
+[grpc]
+  address = "{root}/containerd.sock"
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+[plugins."io.containerd.cri.v1.runtime"]
+  enable_cdi = true
+  cdi_spec_dirs = ["{root}/cdi"]
+  restrict_oom_score_adj = true
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+  BinaryName = "{shutil.which("runc")}"
+  SystemdCgroup = false
+[plugins."io.containerd.cri.v1.runtime".cni]
+  bin_dirs = ["/usr/lib/cni"]
+  conf_dir = "{cni}"
+"""
+    )
+    kubelet = root / "kubelet.yaml"
+    kubelet.write_text(
+        json.dumps(
+            {
+                "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                "kind": "KubeletConfiguration",
+                "failSwapOn": False,
+                "failCgroupV1": False,
+                "cgroupDriver": "cgroupfs",
+                "cgroupsPerQOS": False,
+                "enforceNodeAllocatable": [],
+                "containerRuntimeEndpoint": f"unix://{root}/containerd.sock",
+                "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+                "authorization": {"mode": "AlwaysAllow"},
+                "port": 0,
+                "readOnlyPort": 0,
+                "healthzPort": 0,
+                "resolvConf": "",
+                "evictionHard": {},
+                "imageGCHighThresholdPercent": 100,
+                "imageGCLowThresholdPercent": 99,
+                "address": node_ip,
+            }
+        )
+    )
+    return containerd, kubelet
+
+
+def _unmount_under(root: Path) -> None:
+    with open("/proc/self/mounts") as mounts:
+        targets = [line.split()[1] for line in mounts if line.split()[1].startswith(str(root))]
+    for target in sorted(targets, reverse=True):
+        subprocess.run(["umount", "-l", target], check=False, capture_output=True)
+
+
+def _wait_socket(path: Path, process: subprocess.Popen[bytes], within: float) -> None:
+    deadline = time.monotonic() + within
+    while not path.is_socket():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{path} never appeared (exit {process.poll()})")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def real_kubelet(
+    admin_kubeconfig: Path, *, node_name: str = "kubelet-node"
+) -> Iterator[RealKubelet]:
+    """containerd and a kubelet registered as ``node_name``; both stopped, their mounts
+    and files removed, on exit."""
+    folder = binary_dir()
+    root = Path(tempfile.mkdtemp(prefix="dralet-kubelet-"))
+    env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+    containerd: subprocess.Popen[bytes] | None = None
+    kubelet: subprocess.Popen[bytes] | None = None
+    logs_before = {d: set(_entries(d)) for d in LOG_DIRS}
+    try:
+        (root / "cdi").mkdir()
+        node_ip = _node_ip()
+        containerd_config, kubelet_config = _write_configs(root, node_ip)
+        with open(root / "containerd.log", "wb") as out:
+            containerd = subprocess.Popen(
+                [str(folder / "containerd"), "--config", str(containerd_config)],
+                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )  # fmt: skip
+        _wait_socket(root / "containerd.sock", containerd, 30)
+        ctr = [str(folder / "ctr"), "-a", str(root / "containerd.sock"), "-n", "k8s.io"]
+        _images(root, ctr)
+        with open(root / "kubelet.log", "wb") as out:
+            kubelet = subprocess.Popen(
+                [
+                    str(folder / "kubelet"),
+                    "--config", str(kubelet_config),
+                    "--kubeconfig", str(admin_kubeconfig),
+                    "--root-dir", str(root / "kubelet"),
+                    "--hostname-override", node_name,
+                    "--node-ip", node_ip,
+                ],
+                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )  # fmt: skip
+        yield RealKubelet(
+            node_name=node_name,
+            root=root,
+            registry_dir=root / "kubelet" / "plugins_registry",
+            plugins_dir=root / "kubelet" / "plugins",
+            cdi_dir=root / "cdi",
+            kubelet=kubelet,
+            containerd=containerd,
+        )
+    finally:
+        for process in (kubelet, containerd):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        subprocess.run(["pkill", "-f", f"containerd-shim-runc-v2.*{root}"], check=False)
+        _unmount_under(root)
+        for logs, found in logs_before.items():
+            for path in set(_entries(logs)) - found:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+LOG_DIRS = (Path("/var/log/pods"), Path("/var/log/containers"))
+"""Where a kubelet writes container logs, whatever its root dir."""
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except FileNotFoundError:
+        return []
