@@ -96,6 +96,8 @@ def _device_to_dict(d: DeviceRecord) -> dict[str, Any]:
         out["shareId"] = d.share_id
     if d.backend_state:
         out["backendState"] = dict(d.backend_state)
+    if d.result_fields:
+        out["resultFields"] = dict(d.result_fields)
     return out
 
 
@@ -174,6 +176,7 @@ def _device_from_dict(value: Any) -> DeviceRecord:
         admin_access=_field(d, "adminAccess", bool, False),
         share_id=_field(d, "shareId", str, ""),
         backend_state=dict(_field(d, "backendState", dict, {})),
+        result_fields=dict(_field(d, "resultFields", dict, {})),
     )
 
 

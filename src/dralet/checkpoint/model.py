@@ -50,6 +50,10 @@ class DeviceRecord:
     share_id: str = ""
     backend_state: Mapping[str, Any] = field(default_factory=dict)
     """``{"configs": [...], "preparedState": {...}}``."""
+    result_fields: Mapping[str, Any] = field(default_factory=dict)
+    """The allocation result's other fields as the API sent them (``consumedCapacity``,
+    ``tolerations``, and any newer than this release): ``release_claim`` gets the
+    device as ``prepare_claim`` saw it, also after a restart with the claim gone."""
 
     @property
     def configs(self) -> tuple[Mapping[str, Any], ...]:

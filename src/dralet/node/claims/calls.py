@@ -54,7 +54,26 @@ def allocated(record: DeviceRecord) -> AllocatedDevice:
         admin_access=record.admin_access,
         share_id=record.share_id,
         configs=tuple(_config(c) for c in record.configs),
+        consumed_capacity={
+            str(k): str(v) for k, v in (record.result_fields.get(CONSUMED) or {}).items()
+        },
+        tolerations=tuple(record.result_fields.get(TOLERATIONS) or ()),
+        extra={k: v for k, v in record.result_fields.items() if k not in (CONSUMED, TOLERATIONS)},
     )
+
+
+CONSUMED = "consumedCapacity"
+TOLERATIONS = "tolerations"
+
+
+def result_fields(device: AllocatedDevice) -> dict[str, Any]:
+    """What of ``device`` the record keeps beyond request, pool, device and share ID."""
+    fields: dict[str, Any] = dict(device.extra)
+    if device.consumed_capacity:
+        fields[CONSUMED] = dict(device.consumed_capacity)
+    if device.tolerations:
+        fields[TOLERATIONS] = [dict(t) for t in device.tolerations]
+    return fields
 
 
 def claim_allocation(ref: ClaimRef, devices: Sequence[DeviceRecord]) -> ClaimAllocation:

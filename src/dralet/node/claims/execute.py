@@ -35,7 +35,7 @@ from dralet.node.backend import (
     PreparedDevice,
 )
 from dralet.node.claims import source
-from dralet.node.claims.calls import Calls, allocated
+from dralet.node.claims.calls import Calls, allocated, result_fields
 from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.store import RecordStore, now_stamp
 from dralet.node.invoke import BackendTimeoutError
@@ -267,6 +267,7 @@ class Steps:
                 cdi_device_ids=(f"{self.settings.cdi_kind}={_cdi_device_name(uid, a)}",),
                 admin_access=a.admin_access or bool(seen and seen.admin_access),
                 share_id=a.share_id,
+                result_fields=seen.result_fields if seen else result_fields(a),
                 backend_state=(
                     {
                         CONFIGS_KEY: [
