@@ -239,3 +239,78 @@ def test_node_is_an_alias_of_node_name() -> None:
         simulate(PODS, "--node", "node-a", "-o", "json")[1]
         == simulate(PODS, "--node-name", "node-a", "-o", "json")[1]
     )
+
+
+PARTITIONED = """\
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu}
+spec: {}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: counters}
+spec:
+  driver: gpu.example.com
+  nodeName: node-a
+  pool: {name: node-a, generation: 1, resourceSliceCount: 2}
+  sharedCounters:
+  - name: gpu-0
+    counters: {memory: {value: 8Gi}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: devices}
+spec:
+  driver: gpu.example.com
+  nodeName: node-a
+  pool: {name: node-a, generation: 1, resourceSliceCount: 2}
+  devices:
+  - name: whole
+    consumesCounters: [{counterSet: gpu-0, counters: {memory: {value: 8Gi}}}]
+  - name: tainted
+    taints: [{key: example.com/broken, effect: NoSchedule}]
+  - name: shared
+    allowMultipleAllocations: true
+    capacity:
+      memory:
+        value: 8Gi
+        requestPolicy: {default: 1Gi, validRange: {min: 1Gi, step: 1Gi}}
+  - name: fabric
+    bindingConditions: [example.com/Attached]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: c, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: whole
+      exactly: {deviceClassName: gpu}
+    - name: part
+      exactly: {deviceClassName: gpu, capacity: {requests: {memory: 3Gi}}}
+    - name: attached
+      exactly: {deviceClassName: gpu, count: 2}
+"""
+
+
+@pytest.mark.parametrize(
+    ("release", "devices"),
+    [("1.37", ["whole", "shared", "shared", "fabric"]), ("1.35", None)],
+)
+def test_partitions_taints_shares_and_binding_per_release(
+    tmp_path: Path, release: str, devices: list[str] | None
+) -> None:
+    path = tmp_path / "state.yaml"
+    path.write_text(PARTITIONED)
+    _, out, _ = simulate("-k", release, "-o", "json", str(path))
+    (claim,) = json.loads(out)["claims"]
+    got = claim.get("allocation", {}).get("devices", {}).get("results")
+    assert ([r["device"] for r in got] if got else None) == devices
+    if devices is not None:
+        share = got[1]
+        assert share["consumedCapacity"] == {"memory": str(3 * 2**30)} and share["shareID"]
+        assert got[3]["bindingConditions"] == ["example.com/Attached"]
+        table = simulate("-k", release, str(path))[1]
+        assert "shared: a share (memory 3221225472)" in table
+        assert "waits for binding conditions example.com/Attached" in table

@@ -5,6 +5,12 @@ request, device class selectors then request selectors (CEL, each expression com
 once), ExactCount and All, firstAvailable alternatives in order, ``matchAttribute``
 constraints across requests, adminAccess, devices already allocated to other claims
 left alone, depth-first search with backtracking where the first full solution wins.
+With the 1.36+ features on (``features``): a pool's shared counters are never
+over-used, devices tainted NoSchedule/NoExecute go only to requests that tolerate the
+taint, a device that allows multiple allocations is shared while its capacity lasts
+(each share gets a ``shareID`` and ``consumedCapacity``), ``distinctAttribute``
+constraints, and binding conditions carried into the results. Facts:
+k8s.io/dynamic-resource-allocation v0.37.2 structured/internal/incubating.
 
 Three outcomes, kept apart as the scheduler does: a fit (one ``AllocationResult`` per
 claim), no fit (the scheduler's Unschedulable "cannot allocate all claims"), and
@@ -15,12 +21,16 @@ a CEL error, a missing class, All over an incomplete pool, too many devices).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from fractions import Fraction
+from typing import Any, Protocol
 
 from dralet import errors
-from dralet.allocation import cel, model, pools
+from dralet.allocation import capacity, cel, model, pools
+from dralet.allocation.features import Features
+from dralet.allocation.inuse import InUse
 
 __all__ = [
     "AllocationError",
@@ -32,6 +42,14 @@ __all__ = [
 
 BACKTRACKED = "picked, then given back: the requests after it could not be satisfied"
 NOT_SELECTABLE = "no device fields (v1beta1 device without `basic`): not selectable"
+NOT_FOR_THIS_NODE = "per-device node selection: not for this node"
+BINDING_OFF = "has binding conditions, and the DRADeviceBindingConditions feature is off"
+COUNTERS_OFF = "consumes counters, and the DRAPartitionableDevices feature is off"
+COUNTERS_USED_UP = "its pool's shared counters would be over-used"
+PREVENTING_EFFECTS = ("NoSchedule", "NoExecute")
+"""Taint effects that keep a device from a request that does not tolerate them; others
+(``None``, unknown ones) do not."""
+_SHARE_IDS = uuid.UUID("5f3d1c2e-8f4a-4b7e-9a51-6d2c0e7b9a10")
 
 
 class AllocationError(errors.PermanentError):
@@ -52,6 +70,8 @@ class AllocatorSettings:
     """Devices tried before the search gives up with an error (the real one has a timeout)."""
     cache_selector_results: bool = True
     """Remember whether a device passes a class's and request's selectors across calls."""
+    features: Features = field(default_factory=Features)
+    """The DRA feature gates of the simulated release (all off: 1.35 and older)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +114,45 @@ def _attribute(candidate: pools.Candidate, qualified: str) -> tuple[str, Any] | 
     return None
 
 
+class _Constraint(Protocol):
+    def applies(self, alternative: _Alternative) -> bool: ...
+    def add(self, candidate: pools.Candidate) -> str | None: ...
+    def remove(self) -> None: ...
+
+
+def _applies(requests: frozenset[str] | None, alternative: _Alternative) -> bool:
+    return (
+        requests is None or alternative.sub.name in requests or alternative.request.name in requests
+    )
+
+
+@dataclass
+class _DistinctAttribute:
+    """A distinctAttribute constraint: no two devices of its requests share the value."""
+
+    attribute: str
+    requests: frozenset[str] | None
+    values: list[tuple[str, Any]] = field(default_factory=list)
+
+    def applies(self, alternative: _Alternative) -> bool:
+        return _applies(self.requests, alternative)
+
+    def add(self, candidate: pools.Candidate) -> str | None:
+        found = _attribute(candidate, self.attribute)
+        if found is None:
+            return f"constraint distinctAttribute {self.attribute}: device has no such attribute"
+        if found in self.values:
+            return (
+                f"constraint distinctAttribute {self.attribute}: {found[0]} {found[1]!r} is "
+                "already taken by a device picked"
+            )
+        self.values.append(found)
+        return None
+
+    def remove(self) -> None:
+        self.values.pop()
+
+
 @dataclass
 class _MatchAttribute:
     """A matchAttribute constraint during one search: the first device fixes the value."""
@@ -104,11 +163,7 @@ class _MatchAttribute:
     devices: int = 0
 
     def applies(self, alternative: _Alternative) -> bool:
-        return (
-            self.requests is None
-            or alternative.sub.name in self.requests
-            or alternative.request.name in self.requests
-        )
+        return _applies(self.requests, alternative)
 
     def add(self, candidate: pools.Candidate) -> str | None:
         found = _attribute(candidate, self.attribute)
@@ -156,13 +211,23 @@ class _Alternative:
 
 
 @dataclass
+class _Pick:
+    """One device picked in the search, and what picking it took (undone on give-back)."""
+
+    result: model.DeviceRequestAllocationResult
+    candidate: pools.Candidate
+    constraints: list[_Constraint]
+    counters: bool
+    consumed: dict[str, Fraction] | None
+    """Set for a share of a device that allows multiple allocations."""
+
+
+@dataclass
 class _PreparedClaim:
     claim: model.ResourceClaim
     requests: list[list[_Alternative]]
-    constraints: list[_MatchAttribute]
-    picked: list[tuple[model.DeviceRequestAllocationResult, pools.Candidate]] = field(
-        default_factory=list
-    )
+    constraints: list[_Constraint]
+    picked: list[_Pick] = field(default_factory=list)
     chosen: dict[int, _Alternative] = field(default_factory=dict)
 
 
@@ -188,20 +253,19 @@ class Allocator:
         claims: Sequence[model.ResourceClaim],
         *,
         node_pools: pools.NodePools,
-        allocated: Mapping[model.DeviceId, str],
+        in_use: InUse,
         explain: bool = False,
     ) -> NodeAllocation:
         """Devices for every claim from this node's pools, or None if they do not all fit.
 
-        ``allocated`` maps devices already in use (by other claims' ``status.allocation``,
-        adminAccess results excluded) to the claim holding them. Raises
+        ``in_use`` holds what other claims' ``status.allocation`` take. Raises
         ``AllocationError`` where the scheduler would give up on the pod.
         """
-        search = _Search(self, node_pools=node_pools, allocated=allocated, explain=explain)
+        search = _Search(self, node_pools=node_pools, in_use=in_use, explain=explain)
         prepared = [self._prepare(claim, node_pools, search) for claim in claims]
         search.claims = prepared
         fits = search.claim(0)
-        allocations = tuple(self._result(p) for p in prepared) if fits else None
+        allocations = tuple(self._result(p, node_pools.node) for p in prepared) if fits else None
         return NodeAllocation(
             node=node_pools.node.name,
             allocations=allocations,
@@ -264,18 +328,22 @@ class Allocator:
         needed = sum(min(a.count for a in alts) for alts in requests if alts)
         if needed > self.settings.max_devices_per_claim:
             raise AllocationError(self._limit_message(claim, needed))
-        constraints = []
+        constraints: list[_Constraint] = []
         for index, constraint in enumerate(claim.constraints):
-            if constraint.match_attribute is None:
+            requests_named = frozenset(constraint.requests) if constraint.requests else None
+            if constraint.match_attribute is not None:
+                constraints.append(_MatchAttribute(constraint.match_attribute, requests_named))
+            elif (
+                constraint.distinct_attribute is not None
+                and self.settings.features.consumable_capacity
+            ):
+                constraints.append(
+                    _DistinctAttribute(constraint.distinct_attribute, requests_named)
+                )
+            else:
                 raise AllocationError(
                     f"claim {claim.key}: constraint #{index}: unsupported constraint type"
                 )
-            constraints.append(
-                _MatchAttribute(
-                    attribute=constraint.match_attribute,
-                    requests=frozenset(constraint.requests) if constraint.requests else None,
-                )
-            )
         return _PreparedClaim(claim=claim, requests=requests, constraints=constraints)
 
     def _alternative(
@@ -317,7 +385,10 @@ class Allocator:
                         "currently invalid"
                     )
             matching = tuple(
-                c for c in node_pools.candidates if search.selectable(claim, alternative, c)
+                c
+                for c in node_pools.candidates
+                if search.selectable(claim, alternative, c)
+                and search.capacity_problem(alternative, c, static=True) is None
             )
             alternative.all_devices = matching
             alternative.count = len(matching)
@@ -382,8 +453,8 @@ class Allocator:
 
     # --- results --------------------------------------------------------------------
 
-    def _result(self, prepared: _PreparedClaim) -> model.AllocationResult:
-        candidates = [c for _, c in prepared.picked]
+    def _result(self, prepared: _PreparedClaim, node: model.Node) -> model.AllocationResult:
+        candidates = [p.candidate for p in prepared.picked]
         config: list[model.DeviceAllocationConfiguration] = []
         users: dict[str, list[str]] = {}
         for index in range(len(prepared.requests)):
@@ -404,24 +475,34 @@ class Allocator:
                 )
             )
         return model.AllocationResult(
-            results=tuple(r for r, _ in prepared.picked),
+            results=tuple(p.result for p in prepared.picked),
             config=tuple(config),
-            node_selector=_node_selector(candidates),
+            node_selector=_node_selector(candidates, node),
         )
 
 
-def _node_selector(candidates: Sequence[pools.Candidate]) -> model.NodeSelector | None:
-    """Where the claim's devices are usable: one node, the merged selectors, or anywhere."""
+def _placement(candidate: pools.Candidate) -> tuple[str | None, model.NodeSelector | None]:
+    """The node name and node selector that say where a device is usable."""
+    if candidate.slice.per_device_node_selection:
+        return candidate.device.node_name, candidate.device.node_selector
+    return candidate.slice.node_name, candidate.slice.node_selector
+
+
+def _node_selector(
+    candidates: Sequence[pools.Candidate], node: model.Node
+) -> model.NodeSelector | None:
+    """Where the claim's devices are usable: this node (a device of one node, or one
+    that binds to the node it is allocated for), the merged selectors, or anywhere."""
     for candidate in candidates:
-        if candidate.slice.node_name is not None:
+        if _placement(candidate)[0] is not None or candidate.device.binds_to_node:
             requirement = model.NodeSelectorRequirement(
-                key="metadata.name", operator="In", values=(candidate.slice.node_name,)
+                key="metadata.name", operator="In", values=(node.name,)
             )
             return model.NodeSelector(terms=(model.NodeSelectorTerm(match_fields=(requirement,)),))
     expressions: list[model.NodeSelectorRequirement] = []
     fields: list[model.NodeSelectorRequirement] = []
     for candidate in candidates:
-        selector = candidate.slice.node_selector
+        selector = _placement(candidate)[1]
         if selector is None:
             continue
         for term in selector.terms:
@@ -433,41 +514,118 @@ def _node_selector(candidates: Sequence[pools.Candidate]) -> model.NodeSelector 
     return model.NodeSelector(terms=(term,))
 
 
+class _Counters:
+    """The shared counters of the node's pools during one search: what allocated devices
+    have used up, and what the devices picked so far take."""
+
+    def __init__(self, in_use: InUse) -> None:
+        self.in_use = in_use
+        self.available: dict[str, dict[str, dict[str, Fraction]]] = {}
+        self.taken: dict[str, dict[str, dict[str, Fraction]]] = {}
+
+    def _left(self, pool: pools.Pool) -> dict[str, dict[str, Fraction]]:
+        known = self.available.get(pool.label)
+        if known is None:
+            known = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+            devices = [*(d for s in pool.slices for d in s.devices), *pool.other_devices]
+            for device in devices:
+                if not self.in_use.held(model.DeviceId(pool.driver, pool.name, device.name)):
+                    continue
+                for use in device.consumes_counters:
+                    left = known.get(use.counter_set, {})
+                    for name, amount in use.counters.items():
+                        if name in left:
+                            left[name] -= amount
+            self.available[pool.label] = known
+        return known
+
+    def _add(self, candidate: pools.Candidate, sign: int) -> None:
+        taken = self.taken.setdefault(candidate.pool.label, {})
+        for use in candidate.device.consumes_counters:
+            counters = taken.setdefault(use.counter_set, {})
+            for name, amount in use.counters.items():
+                counters[name] = counters.get(name, Fraction(0)) + sign * amount
+
+    def take(self, candidate: pools.Candidate) -> bool:
+        """Reserve the device's counters; False (and nothing reserved) when any counter
+        of its pool would go past what is left."""
+        left = self._left(candidate.pool)
+        self._add(candidate, 1)
+        taken = self.taken[candidate.pool.label]
+        for set_name, counters in left.items():
+            for name, value in counters.items():
+                if value < taken.get(set_name, {}).get(name, Fraction(0)):
+                    self._add(candidate, -1)
+                    return False
+        return True
+
+    def give_back(self, candidate: pools.Candidate) -> None:
+        self._add(candidate, -1)
+
+
 class _Search:
-    """The state of one depth-first search: devices being allocated, constraint values."""
+    """The state of one depth-first search: devices being allocated, constraint values,
+    counters and shares being taken."""
 
     def __init__(
         self,
         allocator: Allocator,
         *,
         node_pools: pools.NodePools,
-        allocated: Mapping[model.DeviceId, str],
+        in_use: InUse,
         explain: bool,
     ) -> None:
         self.allocator = allocator
+        self.features = allocator.settings.features
+        self.node = node_pools.node
         self.candidates = node_pools.candidates
-        self.allocated = allocated
+        self.in_use = in_use
         self.explain = explain
         self.claims: list[_PreparedClaim] = []
         self.allocating: dict[model.DeviceId, str] = {}
+        self.sharing: dict[model.DeviceId, list[dict[str, Fraction]]] = {}
+        """Shares being taken in this search, per device."""
+        self.counters = _Counters(in_use)
         self.rejections: dict[tuple[str, str, model.DeviceId], Rejection] = {}
         self.claim_picks: dict[tuple[str, model.DeviceId], str] = {}
-        """(claim, device) -> request: one device serves at most one request of a claim,
-        admin access or not."""
+        """(claim, device) -> request: a device allocated whole serves at most one request
+        of a claim, admin access or not."""
         self.steps = 0
+
+    def multiple(self, candidate: pools.Candidate) -> bool:
+        """Whether the device is shared rather than allocated whole."""
+        return self.features.consumable_capacity and candidate.device.allow_multiple_allocations
 
     def selectable(
         self, claim: model.ResourceClaim, alternative: _Alternative, candidate: pools.Candidate
     ) -> bool:
-        ok = self.allocator.check_selectors(claim, alternative, candidate)
-        if not ok and self.explain:
-            self._reject(
-                claim,
-                alternative,
-                candidate,
-                self.allocator.selector_reason(claim, alternative, candidate),
-            )
-        return ok
+        reason = None
+        if candidate.device.binding_conditions and not self.features.binding_conditions:
+            reason = BINDING_OFF
+        elif not pools.device_visible(candidate.slice, candidate.device, self.node):
+            reason = NOT_FOR_THIS_NODE
+        elif not self.allocator.check_selectors(claim, alternative, candidate):
+            reason = self.allocator.selector_reason(claim, alternative, candidate)
+        if reason is not None and self.explain:
+            self._reject(claim, alternative, candidate, reason)
+        return reason is None
+
+    def _given(self, device_id: model.DeviceId) -> dict[str, Fraction]:
+        given = dict(self.in_use.consumed(device_id))
+        for share in self.sharing.get(device_id, ()):
+            for name, amount in share.items():
+                given[name] = given.get(name, Fraction(0)) + amount
+        return given
+
+    def capacity_problem(
+        self, alternative: _Alternative, candidate: pools.Candidate, *, static: bool = False
+    ) -> str | None:
+        """Why the request's capacity does not fit the device (None when it does, or when
+        consumable capacity is off); ``static`` ignores what other allocations took."""
+        if not self.features.consumable_capacity:
+            return None
+        given = {} if static else self._given(candidate.device_id)
+        return capacity.shortfall(candidate.device, alternative.sub.capacity_requests, given=given)
 
     def _reject(
         self,
@@ -488,18 +646,49 @@ class _Search:
     def _in_use(
         self, claim: model.ResourceClaim, alternative: _Alternative, candidate: pools.Candidate
     ) -> str | None:
-        picked_by = self.claim_picks.get((claim.key, candidate.device_id))
-        if picked_by is not None:
-            return f"in use: already picked for request {picked_by} of this claim"
+        multiple = self.multiple(candidate)
+        if not multiple:
+            picked_by = self.claim_picks.get((claim.key, candidate.device_id))
+            if picked_by is not None:
+                return f"in use: already picked for request {picked_by} of this claim"
         if alternative.admin:
             return None
-        holder = self.allocated.get(candidate.device_id)
+        holder = self.in_use.holder(
+            candidate.device_id, shares_count_whole=not self.features.consumable_capacity
+        )
         if holder is not None:
             return f"in use: allocated to claim {holder}"
-        picker = self.allocating.get(candidate.device_id)
+        picker = None if multiple else self.allocating.get(candidate.device_id)
         if picker is not None:
             return f"in use: already picked for {picker} in this pass"
         return None
+
+    def _untolerated(self, alternative: _Alternative, device: model.Device) -> str | None:
+        if not self.features.device_taints:
+            return None
+        for taint in device.taints:
+            if taint.effect not in PREVENTING_EFFECTS:
+                continue
+            if not any(t.tolerates(taint) for t in alternative.sub.tolerations):
+                shown = f"{taint.key}={taint.value}" if taint.value else taint.key
+                return f"tainted {shown}:{taint.effect}, not tolerated by the request"
+        return None
+
+    def _reserve_counters(self, candidate: pools.Candidate) -> tuple[bool, str | None]:
+        """(reserved, why not usable): a shared device already in use has paid its
+        counters; without the feature a device that consumes counters is unusable."""
+        if not candidate.device.consumes_counters:
+            return False, None
+        if not self.features.partitionable_devices:
+            return False, COUNTERS_OFF
+        already_shared = candidate.device_id in self.in_use.shared or bool(
+            self.sharing.get(candidate.device_id)
+        )
+        if self.multiple(candidate) and already_shared:
+            return False, None
+        if not self.counters.take(candidate):
+            return False, COUNTERS_USED_UP
+        return True, None
 
     def _step(self) -> None:
         self.steps += 1
@@ -528,49 +717,107 @@ class _Search:
 
     def _constraints_add(
         self, prepared: _PreparedClaim, alternative: _Alternative, candidate: pools.Candidate
-    ) -> tuple[list[_MatchAttribute], str | None]:
-        added: list[_MatchAttribute] = []
+    ) -> tuple[list[_Constraint], str | None]:
+        added: list[_Constraint] = []
         for constraint in prepared.constraints:
             if not constraint.applies(alternative):
                 continue
             reason = constraint.add(candidate)
             if reason is not None:
-                for done in added:
+                for done in reversed(added):
                     done.remove()
                 return [], reason
             added.append(constraint)
         return added, None
 
+    def _try(
+        self,
+        prepared: _PreparedClaim,
+        alternative: _Alternative,
+        candidate: pools.Candidate,
+        *,
+        must: bool,
+    ) -> _Pick | str:
+        """Take the device for the request, or say why not (in the scheduler's order:
+        counters, taints, constraints, capacity)."""
+        claim = prepared.claim
+        counters, reason = self._reserve_counters(candidate)
+        if reason is None:
+            reason = self._untolerated(alternative, candidate.device)
+        added: list[_Constraint] = []
+        if reason is None:
+            added, reason = self._constraints_add(prepared, alternative, candidate)
+            if reason is not None and must:
+                if counters:
+                    self.counters.give_back(candidate)
+                raise AllocationError(
+                    f"claim {claim.key}, request {alternative.sub.name}: cannot add device "
+                    f"{candidate.device_id} because a claim constraint would not be satisfied"
+                )
+        if reason is None:
+            reason = self.capacity_problem(alternative, candidate)
+            if reason is not None:
+                for constraint in reversed(added):
+                    constraint.remove()
+        if reason is not None:
+            if counters:
+                self.counters.give_back(candidate)
+            return reason
+        return self._take(prepared, alternative, candidate, added, counters)
+
     def _take(
-        self, prepared: _PreparedClaim, alternative: _Alternative, candidate: pools.Candidate
-    ) -> None:
-        if not alternative.admin:
-            self.allocating[candidate.device_id] = (
-                f"claim {prepared.claim.key}, request {alternative.sub.name}"
-            )
-        self.claim_picks[(prepared.claim.key, candidate.device_id)] = alternative.sub.name
+        self,
+        prepared: _PreparedClaim,
+        alternative: _Alternative,
+        candidate: pools.Candidate,
+        added: list[_Constraint],
+        counters: bool,
+    ) -> _Pick:
+        multiple = self.multiple(candidate)
+        where = f"claim {prepared.claim.key}, request {alternative.sub.name}"
+        if not multiple:
+            if not alternative.admin:
+                self.allocating[candidate.device_id] = where
+            self.claim_picks[(prepared.claim.key, candidate.device_id)] = alternative.sub.name
+        consumed: dict[str, Fraction] | None = None
+        share_id = None
+        if multiple:
+            consumed = capacity.consumption(candidate.device, alternative.sub.capacity_requests)
+            shares = self.sharing.setdefault(candidate.device_id, [])
+            shares.append(consumed)
+            # The scheduler makes a random UID; a dry run names the share repeatably.
+            share_id = str(uuid.uuid5(_SHARE_IDS, f"{where}, {candidate.device_id}"))
+        device = candidate.device
+        binding = self.features.binding_conditions
         result = model.DeviceRequestAllocationResult(
             request=alternative.sub.name,
             driver=candidate.device_id.driver,
             pool=candidate.device_id.pool,
             device=candidate.device_id.device,
             admin_access=True if alternative.admin else None,
+            share_id=share_id,
+            consumed_capacity=consumed or {},
+            tolerations=alternative.sub.tolerations,
+            binding_conditions=device.binding_conditions if binding else (),
+            binding_failure_conditions=device.binding_failure_conditions if binding else (),
         )
-        prepared.picked.append((result, candidate))
+        pick = _Pick(result, candidate, added, counters, consumed)
+        prepared.picked.append(pick)
+        return pick
 
-    def _give_back(
-        self,
-        prepared: _PreparedClaim,
-        alternative: _Alternative,
-        candidate: pools.Candidate,
-        added: list[_MatchAttribute],
-    ) -> None:
-        prepared.picked.pop()
-        if not alternative.admin:
-            del self.allocating[candidate.device_id]
-        del self.claim_picks[(prepared.claim.key, candidate.device_id)]
-        for constraint in added:
+    def _give_back(self, prepared: _PreparedClaim, alternative: _Alternative) -> None:
+        pick = prepared.picked.pop()
+        candidate = pick.candidate
+        if pick.consumed is not None:
+            self.sharing[candidate.device_id].pop()
+        else:
+            if not alternative.admin:
+                del self.allocating[candidate.device_id]
+            del self.claim_picks[(prepared.claim.key, candidate.device_id)]
+        for constraint in reversed(pick.constraints):
             constraint.remove()
+        if pick.counters:
+            self.counters.give_back(candidate)
         self._reject(prepared.claim, alternative, candidate, BACKTRACKED)
 
     def slot(
@@ -593,16 +840,13 @@ class _Search:
             if busy is not None:
                 self._reject(claim, alternative, candidate, f"{busy} (All needs every device)")
                 return False
-            added, reason = self._constraints_add(prepared, alternative, candidate)
-            if reason is not None:
-                raise AllocationError(
-                    f"claim {claim.key}, request {alternative.sub.name}: cannot add device "
-                    f"{candidate.device_id} because a claim constraint would not be satisfied"
-                )
-            self._take(prepared, alternative, candidate)
+            outcome = self._try(prepared, alternative, candidate, must=True)
+            if isinstance(outcome, str):
+                self._reject(claim, alternative, candidate, f"{outcome} (All needs every device)")
+                return False
             if self.slot(claim_index, request_index, alternative, slot=slot + 1, start=0):
                 return True
-            self._give_back(prepared, alternative, candidate, added)
+            self._give_back(prepared, alternative)
             return False
         for candidate in self.candidates[start:]:
             self._step()
@@ -616,13 +860,12 @@ class _Search:
                 raise AllocationError(
                     f"pool {candidate.pool.label} is invalid: {candidate.pool.invalid_reason}"
                 )
-            added, reason = self._constraints_add(prepared, alternative, candidate)
-            if reason is not None:
-                self._reject(claim, alternative, candidate, reason)
+            outcome = self._try(prepared, alternative, candidate, must=False)
+            if isinstance(outcome, str):
+                self._reject(claim, alternative, candidate, outcome)
                 continue
-            self._take(prepared, alternative, candidate)
             next_start = candidate.index + 1
             if self.slot(claim_index, request_index, alternative, slot=slot + 1, start=next_start):
                 return True
-            self._give_back(prepared, alternative, candidate, added)
+            self._give_back(prepared, alternative)
         return False

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, cast
 
 from dralet import errors
-from dralet.allocation import cel, model
+from dralet.allocation import cel, model, quantity
 
 __all__ = [
     "RESOURCE_GROUP",
@@ -141,7 +142,106 @@ def _device(raw: Any, *, driver: str, nested: bool, path: str) -> model.Device:
     attributes = _mapping(source.get("attributes"), f"{path}.attributes")
     capacity = _mapping(source.get("capacity"), f"{path}.capacity")
     view = cel.device_view(driver=driver, attributes=attributes, capacity=capacity)
-    return model.Device(name=name, attributes=attributes, capacity=capacity, view=view)
+    values: dict[str, Fraction] = {}
+    policies: dict[str, model.CapacityPolicy] = {}
+    for capacity_name, entry in capacity.items():
+        where = f"{path}.capacity[{capacity_name}]"
+        fields_ = _mapping(entry, where)
+        values[capacity_name] = _quantity(fields_.get("value"), f"{where}.value")
+        if fields_.get("requestPolicy") is not None:
+            policies[capacity_name] = _policy(fields_["requestPolicy"], f"{where}.requestPolicy")
+    return model.Device(
+        name=name,
+        attributes=attributes,
+        capacity=capacity,
+        view=view,
+        capacity_values=values,
+        capacity_policies=policies,
+        allow_multiple_allocations=bool(source.get("allowMultipleAllocations")),
+        taints=tuple(
+            model.DeviceTaint(
+                key=str(_mapping(t, f"{path}.taints[{i}]").get("key", "")),
+                effect=str(t.get("effect", "")),
+                value=str(t.get("value") or ""),
+            )
+            for i, t in enumerate(_list(source.get("taints"), f"{path}.taints"))
+        ),
+        consumes_counters=tuple(
+            model.CounterConsumption(
+                counter_set=str(_mapping(c, f"{path}.consumesCounters[{i}]").get("counterSet")),
+                counters=_counters(c.get("counters"), f"{path}.consumesCounters[{i}].counters"),
+            )
+            for i, c in enumerate(_list(source.get("consumesCounters"), f"{path}.consumesCounters"))
+        ),
+        binding_conditions=_strings(source.get("bindingConditions"), f"{path}.bindingConditions"),
+        binding_failure_conditions=_strings(
+            source.get("bindingFailureConditions"), f"{path}.bindingFailureConditions"
+        ),
+        binds_to_node=bool(source.get("bindsToNode")),
+        node_name=str(source["nodeName"]) if source.get("nodeName") else None,
+        node_selector=_node_selector(source.get("nodeSelector"), f"{path}.nodeSelector"),
+        all_nodes=bool(source.get("allNodes")),
+    )
+
+
+def _quantity(value: Any, path: str) -> Fraction:
+    if value is None:
+        raise ManifestError(f"{path}: Required value")
+    try:
+        return quantity.parse_quantity(str(value))
+    except quantity.QuantityError as error:
+        raise ManifestError(f"{path}: {error}") from None
+
+
+def _strings(value: Any, path: str) -> tuple[str, ...]:
+    return tuple(str(v) for v in _list(value, path))
+
+
+def _counters(value: Any, path: str) -> dict[str, Fraction]:
+    """A ``counters`` map: name -> {value: quantity}."""
+    return {
+        str(name): _quantity(
+            _mapping(entry, f"{path}[{name}]").get("value"), f"{path}[{name}].value"
+        )
+        for name, entry in _mapping(value, path).items()
+    }
+
+
+def _policy(value: Any, path: str) -> model.CapacityPolicy:
+    fields = _mapping(value, path)
+    default = fields.get("default")
+    valid_range = fields.get("validRange")
+    bounds = _mapping(valid_range, f"{path}.validRange")
+    return model.CapacityPolicy(
+        default=None if default is None else _quantity(default, f"{path}.default"),
+        valid_values=tuple(
+            _quantity(v, f"{path}.validValues[{i}]")
+            for i, v in enumerate(_list(fields.get("validValues"), f"{path}.validValues"))
+        ),
+        minimum=_optional_quantity(bounds.get("min"), f"{path}.validRange.min"),
+        maximum=_optional_quantity(bounds.get("max"), f"{path}.validRange.max"),
+        step=_optional_quantity(bounds.get("step"), f"{path}.validRange.step"),
+    )
+
+
+def _optional_quantity(value: Any, path: str) -> Fraction | None:
+    return None if value is None else _quantity(value, path)
+
+
+def _tolerations(value: Any, path: str) -> tuple[model.DeviceToleration, ...]:
+    out = []
+    for i, raw in enumerate(_list(value, path)):
+        entry = _mapping(raw, f"{path}[{i}]")
+        out.append(
+            model.DeviceToleration(
+                key=str(entry.get("key") or ""),
+                operator=str(entry.get("operator") or "Equal"),
+                value=str(entry.get("value") or ""),
+                effect=str(entry.get("effect") or ""),
+                raw=dict(entry),
+            )
+        )
+    return tuple(out)
 
 
 def decode_slice(obj: Mapping[str, Any]) -> model.ResourceSlice:
@@ -165,8 +265,9 @@ def decode_slice(obj: Mapping[str, Any]) -> model.ResourceSlice:
     node_name = spec.get("nodeName") or None
     node_selector = _node_selector(spec.get("nodeSelector"), f"{where}: spec.nodeSelector")
     all_nodes = bool(spec.get("allNodes"))
-    chosen = sum((node_name is not None, node_selector is not None, all_nodes))
-    if chosen == 0 and not spec.get("perDeviceNodeSelection"):
+    per_device = bool(spec.get("perDeviceNodeSelection"))
+    chosen = sum((node_name is not None, node_selector is not None, all_nodes, per_device))
+    if chosen == 0:
         raise ManifestError(
             f"{where}: spec: exactly one of `nodeName`, `nodeSelector`, or `allNodes` is required"
         )
@@ -174,6 +275,12 @@ def decode_slice(obj: Mapping[str, Any]) -> model.ResourceSlice:
         raise ManifestError(
             f"{where}: spec: exactly one of `nodeName`, `nodeSelector`, or `allNodes` "
             "is required, but multiple fields are set"
+        )
+    counter_sets = {}
+    for i, raw in enumerate(_list(spec.get("sharedCounters"), f"{where}: spec.sharedCounters")):
+        entry = _mapping(raw, f"{where}: spec.sharedCounters[{i}]")
+        counter_sets[str(entry.get("name", ""))] = _counters(
+            entry.get("counters"), f"{where}: spec.sharedCounters[{i}].counters"
         )
     devices = tuple(
         _device(
@@ -191,6 +298,8 @@ def decode_slice(obj: Mapping[str, Any]) -> model.ResourceSlice:
         node_name=str(node_name) if node_name is not None else None,
         node_selector=node_selector,
         all_nodes=all_nodes,
+        per_device_node_selection=per_device,
+        shared_counters=counter_sets,
     )
 
 
@@ -245,6 +354,7 @@ def _sub_request(
     admin = fields.get("adminAccess")
     if admin is not None and not admin_allowed:
         raise ManifestError(f"{path}.adminAccess: Forbidden: not allowed in a firstAvailable entry")
+    requested = _mapping(_mapping(fields.get("capacity"), f"{path}.capacity").get("requests"), "")
     return model.DeviceSubRequest(
         name=name,
         device_class_name=class_name,
@@ -252,6 +362,10 @@ def _sub_request(
         allocation_mode=cast("model.AllocationMode", mode),
         count=count,
         admin_access=None if admin is None else bool(admin),
+        tolerations=_tolerations(fields.get("tolerations"), f"{path}.tolerations"),
+        capacity_requests={
+            str(k): _quantity(v, f"{path}.capacity.requests[{k}]") for k, v in requested.items()
+        },
     )
 
 
@@ -297,6 +411,7 @@ def _allocation(raw: Any, path: str) -> model.AllocationResult | None:
     for i, result in enumerate(_list(devices.get("results"), f"{path}.devices.results")):
         entry = _mapping(result, f"{path}.devices.results[{i}]")
         admin = entry.get("adminAccess")
+        where = f"{path}.devices.results[{i}]"
         results.append(
             model.DeviceRequestAllocationResult(
                 request=str(entry.get("request", "")),
@@ -304,6 +419,13 @@ def _allocation(raw: Any, path: str) -> model.AllocationResult | None:
                 pool=str(entry.get("pool", "")),
                 device=str(entry.get("device", "")),
                 admin_access=None if admin is None else bool(admin),
+                share_id=str(entry["shareID"]) if entry.get("shareID") else None,
+                consumed_capacity={
+                    str(k): _quantity(v, f"{where}.consumedCapacity[{k}]")
+                    for k, v in _mapping(
+                        entry.get("consumedCapacity"), f"{where}.consumedCapacity"
+                    ).items()
+                },
             )
         )
     return model.AllocationResult(
@@ -343,9 +465,12 @@ def decode_claim(obj: Mapping[str, Any]) -> model.ResourceClaim:
                     f'"{request}": must be the name of a request in the claim'
                 )
         attribute = entry.get("matchAttribute")
+        distinct = entry.get("distinctAttribute")
         constraints.append(
             model.DeviceConstraint(
-                requests=listed, match_attribute=str(attribute) if attribute else None
+                requests=listed,
+                match_attribute=str(attribute) if attribute else None,
+                distinct_attribute=str(distinct) if distinct else None,
             )
         )
     config = tuple(

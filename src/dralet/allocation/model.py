@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Literal, NamedTuple
 
-from dralet.allocation import cel
+from dralet.allocation import cel, quantity
 
 __all__ = [
     "ALL",
     "EXACT_COUNT",
     "AllocationMode",
     "AllocationResult",
+    "CapacityPolicy",
+    "CounterConsumption",
     "Device",
     "DeviceAllocationConfiguration",
     "DeviceClaimConfig",
@@ -27,6 +30,8 @@ __all__ = [
     "DeviceRequest",
     "DeviceRequestAllocationResult",
     "DeviceSubRequest",
+    "DeviceTaint",
+    "DeviceToleration",
     "Node",
     "NodeSelector",
     "NodeSelectorRequirement",
@@ -101,6 +106,61 @@ class Node:
 
 
 @dataclass(frozen=True)
+class DeviceTaint:
+    """A taint on a device (``spec.devices[].taints``)."""
+
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceToleration:
+    """A request's toleration of device taints; ``raw`` is the entry as written."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def tolerates(self, taint: DeviceTaint) -> bool:
+        """An empty key or effect matches any; ``Exists`` ignores the value."""
+        # Facts: k8s.io/dynamic-resource-allocation v0.37 resourceclaim ToleratesTaint.
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator in ("", "Equal"):
+            return self.value == taint.value
+        return self.operator == "Exists"
+
+
+@dataclass(frozen=True)
+class CapacityPolicy:
+    """A capacity's ``requestPolicy``: what one allocation of a shared device may consume."""
+
+    default: Fraction | None = None
+    valid_values: tuple[Fraction, ...] = ()
+    """Ascending, as the API server requires."""
+    minimum: Fraction | None = None
+    maximum: Fraction | None = None
+    step: Fraction | None = None
+
+    @property
+    def has_range(self) -> bool:
+        return self.minimum is not None
+
+
+@dataclass(frozen=True)
+class CounterConsumption:
+    """What a device takes from one of its pool's counter sets when allocated."""
+
+    counter_set: str
+    counters: Mapping[str, Fraction]
+
+
+@dataclass(frozen=True)
 class Device:
     """One device of a slice; ``view`` is None when it has no device fields (not selectable)."""
 
@@ -109,6 +169,19 @@ class Device:
     """Attribute name (as published, qualified or not) -> API value, e.g. {"int": 0}."""
     capacity: Mapping[str, Any]
     view: cel.DeviceView | None
+    capacity_values: Mapping[str, Fraction] = field(default_factory=dict)
+    """Each capacity's value, parsed."""
+    capacity_policies: Mapping[str, CapacityPolicy] = field(default_factory=dict)
+    allow_multiple_allocations: bool = False
+    taints: tuple[DeviceTaint, ...] = ()
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+    binds_to_node: bool = False
+    node_name: str | None = None
+    """Per-device node selection (the slice's ``perDeviceNodeSelection``)."""
+    node_selector: NodeSelector | None = None
+    all_nodes: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,6 +197,9 @@ class ResourceSlice:
     node_name: str | None = None
     node_selector: NodeSelector | None = None
     all_nodes: bool = False
+    per_device_node_selection: bool = False
+    shared_counters: Mapping[str, Mapping[str, Fraction]] = field(default_factory=dict)
+    """Counter set name -> counter name -> value (``spec.sharedCounters``)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +223,9 @@ class DeviceSubRequest:
     allocation_mode: AllocationMode = EXACT_COUNT
     count: int = 1
     admin_access: bool | None = None
+    tolerations: tuple[DeviceToleration, ...] = ()
+    capacity_requests: Mapping[str, Fraction] = field(default_factory=dict)
+    """``capacity.requests``: how much of each capacity one allocated device must give."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +243,7 @@ class DeviceConstraint:
 
     requests: tuple[str, ...]
     match_attribute: str | None
+    distinct_attribute: str | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +263,12 @@ class DeviceRequestAllocationResult:
     pool: str
     device: str
     admin_access: bool | None = None
+    share_id: str | None = None
+    """Set when the device allows multiple allocations: this allocation's share."""
+    consumed_capacity: Mapping[str, Fraction] = field(default_factory=dict)
+    tolerations: tuple[DeviceToleration, ...] = ()
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
 
     @property
     def device_id(self) -> DeviceId:
@@ -197,6 +283,19 @@ class DeviceRequestAllocationResult:
         }
         if self.admin_access is not None:
             out["adminAccess"] = self.admin_access
+        if self.tolerations:
+            out["tolerations"] = [dict(t.raw) for t in self.tolerations]
+        if self.binding_conditions:
+            out["bindingConditions"] = list(self.binding_conditions)
+        if self.binding_failure_conditions:
+            out["bindingFailureConditions"] = list(self.binding_failure_conditions)
+        if self.share_id is not None:
+            out["shareID"] = self.share_id
+        if self.consumed_capacity:
+            out["consumedCapacity"] = {
+                name: quantity.format_quantity(value)
+                for name, value in sorted(self.consumed_capacity.items())
+            }
         return out
 
 

@@ -14,11 +14,11 @@ afterwards, in input order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from dralet.allocation import allocator, cel, manifests, model, nodes, pools
+from dralet.allocation.inuse import InUse
 
 __all__ = [
     "ANY_NODE",
@@ -26,7 +26,6 @@ __all__ = [
     "PodOutcome",
     "SimulationReport",
     "SimulationSettings",
-    "allocated_devices",
     "simulate",
 ]
 
@@ -93,18 +92,6 @@ class SimulationReport:
         )
 
 
-def allocated_devices(claims: Iterable[model.ResourceClaim]) -> dict[model.DeviceId, str]:
-    """Devices held by claims' ``status.allocation``; adminAccess results hold nothing."""
-    held: dict[model.DeviceId, str] = {}
-    for claim in claims:
-        if claim.allocation is None:
-            continue
-        for result in claim.allocation.results:
-            if not result.admin_access:
-                held[result.device_id] = claim.key
-    return held
-
-
 def _needs_a_free_device(claim: model.ResourceClaim) -> bool:
     """True when no node whose devices are all in use can satisfy the claim."""
     return bool(claim.requests) and all(
@@ -137,12 +124,14 @@ class _Run:
         engine: cel.CelEngine,
         settings: SimulationSettings,
     ) -> None:
-        self.inventory = pools.Inventory(inputs.slices)
+        self.inventory = pools.Inventory(
+            inputs.slices, partitionable=settings.allocator.features.partitionable_devices
+        )
         self.nodes = _nodes(inputs, self.inventory, node_name)
         self.allocator = allocator.Allocator(
             inputs.classes, engine=engine, settings=settings.allocator
         )
-        self.allocated = allocated_devices(inputs.claims)
+        self.in_use = InUse.from_claims(inputs.claims)
         self.explain = explain
         self.settings = settings
         self.done: dict[str, model.ResourceClaim] = {}
@@ -162,16 +151,18 @@ class _Run:
             free = 0
             for candidate in node_pools.candidates:
                 self._seen_by.setdefault(candidate.device_id, []).append(name)
-                free += candidate.device_id not in self.allocated
+                free += candidate.device_id not in self.in_use.whole
             self._free[name] = free
         return free
 
-    def _hold(self, device_id: model.DeviceId, claim: model.ResourceClaim) -> None:
-        if device_id in self.allocated:
-            return
-        self.allocated[device_id] = claim.key
-        for name in self._seen_by.get(device_id, ()):
-            self._free[name] -= 1
+    def _hold(self, claim: model.ResourceClaim, allocation: model.AllocationResult) -> None:
+        for result in allocation.results:
+            if result.admin_access or result.share_id is not None:
+                continue
+            if result.device_id not in self.in_use.whole:
+                for name in self._seen_by.get(result.device_id, ()):
+                    self._free[name] -= 1
+        self.in_use.hold(claim.key, allocation.results)
 
     def pod(
         self, pod: model.Pod, claims: dict[str, model.ResourceClaim], templates: frozenset[str]
@@ -210,7 +201,7 @@ class _Run:
             node_pools = self.inventory.for_node(node)
             try:
                 outcome = self.allocator.allocate(
-                    pending, node_pools=node_pools, allocated=self.allocated
+                    pending, node_pools=node_pools, in_use=self.in_use
                 )
             except allocator.AllocationError as error:
                 return PodOutcome(
@@ -220,9 +211,7 @@ class _Run:
                 continue
             results = []
             for claim, allocation in zip(pending, outcome.allocations, strict=True):
-                for result in allocation.results:
-                    if not result.admin_access:
-                        self._hold(result.device_id, claim)
+                self._hold(claim, allocation)
                 done = replace(claim, allocation=allocation)
                 self.done[claim.key] = done
                 self.claim_nodes[claim.key] = node.name
@@ -289,7 +278,7 @@ class _Run:
                 continue
             try:
                 outcome = self.allocator.allocate(
-                    [claim], node_pools=node_pools, allocated=self.allocated, explain=self.explain
+                    [claim], node_pools=node_pools, in_use=self.in_use, explain=self.explain
                 )
             except allocator.AllocationError as error:
                 return ClaimOutcome(
@@ -302,9 +291,7 @@ class _Run:
                 )
             if outcome.allocations is not None:
                 allocation = outcome.allocations[0]
-                for result in allocation.results:
-                    if not result.admin_access:
-                        self._hold(result.device_id, claim)
+                self._hold(claim, allocation)
                 return ClaimOutcome(
                     claim=claim,
                     status="allocated",

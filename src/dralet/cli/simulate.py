@@ -19,10 +19,11 @@ from typing import Any
 import click
 import yaml
 
+from dralet import releases
 from dralet.allocation import allocator, manifests, model, simulation
+from dralet.allocation.features import Features
 from dralet.cli import exits
 from dralet.kube import access
-from dralet.validation.targets import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
 
 __all__ = ["command"]
 
@@ -34,6 +35,10 @@ TABLE_WIDTH = 96
 INDENT = "  "
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 FIRST_VERSION_ALL_NEEDS_A_DEVICE = (1, 33)
+SUPPORTED_KUBERNETES_VERSIONS = releases.KUBERNETES_RELEASES
+"""Every release dralet knows: the scheduler's behaviour per release is in
+``dralet.allocation.features`` and the settings below."""
+DEFAULT_KUBERNETES_VERSION = releases.newest(SUPPORTED_KUBERNETES_VERSIONS)
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -97,6 +102,7 @@ def _settings(kubernetes_version: str, *, admin_access: bool) -> simulation.Simu
         allocator=allocator.AllocatorSettings(
             admin_access_enabled=admin_access,
             all_mode_needs_a_device=(major, minor) >= FIRST_VERSION_ALL_NEEDS_A_DEVICE,
+            features=Features.for_release(kubernetes_version),
         )
     )
 
@@ -176,6 +182,26 @@ def _selector_text(selector: model.NodeSelector) -> str:
     return " OR ".join(terms)
 
 
+def _result_notes(allocation: model.AllocationResult) -> list[str]:
+    """Shares taken, and binding conditions the pod waits for before it is bound."""
+    lines: list[str] = []
+    for r in allocation.results:
+        if r.share_id is not None:
+            consumed = ", ".join(
+                f"{name} {value}" for name, value in r.to_api().get("consumedCapacity", {}).items()
+            )
+            lines.extend(
+                _wrapped(f"{r.device}: a share ({consumed or 'no capacity'})", indent=INDENT)
+            )
+        if r.binding_conditions:
+            text = (
+                f"{r.device}: the pod waits for binding conditions "
+                f"{', '.join(r.binding_conditions)} before it is bound"
+            )
+            lines.extend(_wrapped(text, indent=INDENT))
+    return lines
+
+
 def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
     lines: list[str] = []
     for pod in report.pods:
@@ -214,6 +240,7 @@ def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
                     cell.ljust(width) for cell, width in zip(row, widths, strict=True)
                 )
                 lines.append(INDENT + cells.rstrip())
+            lines.extend(_result_notes(outcome.allocation))
             selector = outcome.allocation.node_selector
             if selector is not None:
                 lines.extend(_wrapped(f"nodeSelector: {_selector_text(selector)}", indent=INDENT))
@@ -267,7 +294,8 @@ def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
     default=DEFAULT_KUBERNETES_VERSION,
     show_default=True,
     help="Scheduler behaviour to mimic (default: the newest supported; 1.33+: an All "
-    "request must match a device).",
+    "request must match a device; 1.36+: shared counters, device taints, consumable "
+    "capacity and binding conditions).",
 )
 @click.option("--debug", is_flag=True, help="Show a traceback for an unexpected error.")
 @click.option(
