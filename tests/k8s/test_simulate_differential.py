@@ -3,13 +3,16 @@ ResourceSlice, a DeviceClass, ResourceClaims and the Pods that use them) is give
 kube-scheduler 1.37 and to ``dralet simulate``; each pod must get the same verdict
 (scheduled or unschedulable) and each claim the same devices.
 
-Every scenario is one node with one slice, so the allocation is deterministic (the
-structured allocator walks a slice's devices in order, first fit with backtracking,
-as simulate does) and the pods are created one at a time, in name order, each waited
-for: the scheduler's decisions and simulate's are made in the same order over the same
-free devices. Scenarios are generated from fixed seeds (device attributes and capacity,
-claims with counts, CEL selectors over attributes and capacity, matchAttribute
-constraints, pods with one or two claims) plus hand-written ones.
+Every scenario is one node with one pool (its devices in one slice, its shared counters
+in another), so the allocation is deterministic (the structured allocator walks a
+slice's devices in order, first fit with backtracking, as simulate does) and the pods
+are created one at a time, in name order, each waited for: the scheduler's decisions
+and simulate's are made in the same order over the same free devices. Scenarios are
+generated from fixed seeds (device attributes and capacity, claims with counts, CEL
+selectors over attributes and capacity, matchAttribute constraints, pods with one or
+two claims), from more seeds for the 1.36+ features (GPUs split into partitions that
+share counters, tainted devices and requests that tolerate them, devices shared by
+capacity with request policies, distinctAttribute), plus hand-written ones.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ import pytest
 import yaml
 
 from dralet import kube
+from dralet.allocation.quantity import parse_quantity
+from dralet.cli.simulate import SUPPORTED_KUBERNETES_VERSIONS as SIMULATE_VERSIONS
 from dralet.kubelet import NodeHeartbeat
-from dralet.validation.targets import SUPPORTED_KUBERNETES_VERSIONS as SIMULATE_VERSIONS
 from tests.k8s.drivernode import eventually
 from tests.k8sapi import ClusterApi
 from tests.kubefixtures import K8S_TIMEOUT
@@ -40,6 +44,7 @@ NS = "default"
 MODELS = ("a100", "h100")
 MEMORY = ("1Gi", "2Gi", "4Gi")
 SEEDS = range(30)
+FEATURE_SEEDS = range(100, 130)
 SCHEDULER_CACHE_GRACE = 3.0
 """Seconds between creating the slices and the first pod (see the test)."""
 TARGET = SIMULATE_VERSIONS[-1]
@@ -86,6 +91,98 @@ def generated(seed: int) -> dict[str, Any]:
     return {"devices": devices, "pods": pods}
 
 
+TAINT_KEY = "example.com/state"
+POLICIES: tuple[dict[str, Any] | None, ...] = (
+    None,
+    {"default": "1Gi", "validRange": {"min": "1Gi", "step": "1Gi"}},
+    {"default": "2Gi", "validValues": ["2Gi", "4Gi", "8Gi"]},
+)
+
+
+def _kind(kind: str) -> list[dict[str, Any]]:
+    return [{"cel": {"expression": f'device.attributes["{DRIVER}"].kind == "{kind}"'}}]
+
+
+def _partitions(gpu: int) -> list[dict[str, Any]]:
+    """A GPU as a whole device and as two halves, all taking from one counter set."""
+
+    def device(name: str, memory: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "attributes": {"kind": {"string": "part"}, "gpu": {"int": gpu}},
+            "capacity": {"memory": {"value": memory}},
+            "consumesCounters": [
+                {"counterSet": f"gpu-{gpu}", "counters": {"memory": {"value": memory}}}
+            ],
+        }
+
+    return [
+        device(f"gpu{gpu}", "8Gi"),
+        device(f"gpu{gpu}-half-a", "4Gi"),
+        device(f"gpu{gpu}-half-b", "4Gi"),
+    ]
+
+
+def feature_scenario(seed: int) -> dict[str, Any]:
+    """A 1.36+ scenario: partitions over shared counters, tainted and shared devices."""
+    rng = random.Random(seed)
+    gpus = rng.randint(1, 2)
+    devices = [d for g in range(gpus) for d in _partitions(g)]
+    for j in range(rng.randint(1, 2)):
+        device: dict[str, Any] = {
+            "name": f"plain-{j}",
+            "attributes": {"kind": {"string": "plain"}, "gpu": {"int": j}},
+        }
+        effect = rng.choice(("NoSchedule", "NoExecute", "None", None))
+        if effect is not None:
+            device["taints"] = [
+                {"key": TAINT_KEY, "value": rng.choice(("a", "b")), "effect": effect}
+            ]
+        devices.append(device)
+    for j in range(rng.randint(1, 2)):
+        capacity: dict[str, Any] = {"value": "8Gi"}
+        policy = rng.choice(POLICIES)
+        if policy is not None:
+            capacity["requestPolicy"] = policy
+        devices.append(
+            {
+                "name": f"shared-{j}",
+                "attributes": {"kind": {"string": "shared"}, "gpu": {"int": j}},
+                "allowMultipleAllocations": True,
+                "capacity": {"memory": capacity},
+            }
+        )
+    pods = []
+    for p in range(rng.randint(2, 5)):
+        kind = rng.choice(("part", "part", "plain", "shared", "shared"))
+        count = rng.choice((1, 1, 2))
+        exactly: dict[str, Any] = {
+            "deviceClassName": DRIVER,
+            "count": count,
+            "selectors": _kind(kind),
+        }
+        spec: dict[str, Any] = {"requests": [{"name": "gpus", "exactly": exactly}]}
+        if kind == "plain" and rng.random() < 0.6:
+            exactly["tolerations"] = [
+                rng.choice(
+                    (
+                        {"key": TAINT_KEY, "operator": "Exists"},
+                        {"key": TAINT_KEY, "operator": "Equal", "value": "a"},
+                        {"operator": "Exists", "effect": "NoSchedule"},
+                    )
+                )
+            ]
+        if kind == "shared" and rng.random() < 0.7:
+            exactly["capacity"] = {
+                "requests": {"memory": rng.choice(("1Gi", "1500Mi", "3Gi", "5Gi"))}
+            }
+        if kind == "shared" and count == 2 and rng.random() < 0.5:
+            spec["constraints"] = [{"requests": ["gpus"], "distinctAttribute": f"{DRIVER}/gpu"}]
+        pods.append((f"p{p}", [(f"p{p}-c0", spec)]))
+    counters = [{"name": f"gpu-{g}", "counters": {"memory": {"value": "8Gi"}}} for g in range(gpus)]
+    return {"devices": devices, "pods": pods, "counters": counters}
+
+
 def _selector_memory(amount: str) -> list[dict[str, Any]]:
     expression = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("{amount}")) >= 0'
     return [{"cel": {"expression": expression}}]
@@ -129,17 +226,35 @@ HAND_WRITTEN = {
 
 def objects(name: str, node: str, scenario: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The scenario's objects for ``node``: slice, claims, and pods in creation order."""
-    slice_ = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-gpus"},
-        "spec": {
-            "driver": DRIVER,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "nodeName": node,
-            "devices": scenario["devices"],
-        },
-    }
+    counters = scenario.get("counters")
+    pool = {"name": node, "generation": 1, "resourceSliceCount": 2 if counters else 1}
+    slices = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpus"},
+            "spec": {
+                "driver": DRIVER,
+                "pool": pool,
+                "nodeName": node,
+                "devices": scenario["devices"],
+            },
+        }
+    ]
+    if counters:
+        slices.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-counters"},
+                "spec": {
+                    "driver": DRIVER,
+                    "pool": pool,
+                    "nodeName": node,
+                    "sharedCounters": counters,
+                },
+            }
+        )
     claims, pods = [], []
     for pod_name, pod_claims in scenario["pods"]:
         for claim_name, spec in pod_claims:
@@ -172,7 +287,7 @@ def objects(name: str, node: str, scenario: dict[str, Any]) -> dict[str, list[di
                 },
             }
         )
-    return {"slices": [slice_], "claims": claims, "pods": pods}
+    return {"slices": slices, "claims": claims, "pods": pods}
 
 
 def _class() -> dict[str, Any]:
@@ -184,16 +299,34 @@ def _class() -> dict[str, Any]:
     }
 
 
-def _devices(claim: dict[str, Any] | None) -> list[str] | None:
-    allocation = ((claim or {}).get("status") or {}).get("allocation")
+Picked = list[tuple[str, tuple[tuple[str, int], ...]]]
+"""A claim's devices, sorted, each with what its share consumed (empty if not a share)."""
+
+
+def _picked(allocation: dict[str, Any] | None) -> Picked | None:
     if not allocation:
         return None
-    return sorted(r["device"] for r in allocation["devices"]["results"])
+    return sorted(
+        (
+            r["device"],
+            tuple(
+                sorted(
+                    (name, int(parse_quantity(str(value))))
+                    for name, value in (r.get("consumedCapacity") or {}).items()
+                )
+            ),
+        )
+        for r in allocation["devices"]["results"]
+    )
+
+
+def _devices(claim: dict[str, Any] | None) -> Picked | None:
+    return _picked(((claim or {}).get("status") or {}).get("allocation"))
 
 
 async def scheduler_verdicts(
     api: ClusterApi, parts: dict[str, list[dict[str, Any]]]
-) -> tuple[dict[str, bool], dict[str, list[str] | None]]:
+) -> tuple[dict[str, bool], dict[str, Picked | None]]:
     """Pod → scheduled; claim → its devices, as kube-scheduler decides, pod by pod (the
     slice and the claims exist already)."""
     verdicts: dict[str, bool] = {}
@@ -232,7 +365,7 @@ async def scheduler_verdicts(
 
 def simulate_verdicts(
     parts: dict[str, list[dict[str, Any]]], tmp_path: Path
-) -> tuple[dict[str, bool], dict[str, list[str] | None]]:
+) -> tuple[dict[str, bool], dict[str, Picked | None]]:
     path = tmp_path / "state.yaml"
     path.write_text(
         yaml.safe_dump_all([_class(), *parts["slices"], *parts["claims"], *parts["pods"]])
@@ -257,12 +390,10 @@ def simulate_verdicts(
     assert out.returncode in (0, 1), out.stderr
     report = json.loads(out.stdout)
     verdicts = {p["name"]: p["status"] == "scheduled" for p in report["pods"]}
-    claims: dict[str, list[str] | None] = {}
+    claims: dict[str, Picked | None] = {}
     for claim in report["claims"]:
         allocation = claim.get("allocation")
-        claims[claim["name"]] = (
-            sorted(r["device"] for r in allocation["devices"]["results"]) if allocation else None
-        )
+        claims[claim["name"]] = _picked(allocation)
     # A claim of an unschedulable pod is not allocated, whatever simulate tried for it.
     return verdicts, claims
 
@@ -270,7 +401,7 @@ def simulate_verdicts(
 @pytest.fixture
 async def heartbeats(k8s_api: ClusterApi) -> AsyncIterator[list[str]]:
     """Ready nodes, one per scenario, kept Ready for the test."""
-    names = [f"sim-{i}" for i in range(len(SEEDS) + len(HAND_WRITTEN))]
+    names = [f"sim-{i}" for i in range(len(SEEDS) + len(FEATURE_SEEDS) + len(HAND_WRITTEN))]
     async with await kube.connect(kubeconfig=k8s_api.cluster.admin_kubeconfig) as admin:
         beats = [NodeHeartbeat(admin, n) for n in names]
         for beat in beats:
@@ -289,9 +420,14 @@ async def heartbeats(k8s_api: ClusterApi) -> AsyncIterator[list[str]]:
 async def test_simulate_agrees_with_kube_scheduler(
     k8s_api: ClusterApi, heartbeats: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    scenarios = [(f"g{seed}", generated(seed)) for seed in SEEDS] + list(HAND_WRITTEN.items())
+    scenarios = (
+        [(f"g{seed}", generated(seed)) for seed in SEEDS]
+        + [(f"f{seed}", feature_scenario(seed)) for seed in FEATURE_SEEDS]
+        + list(HAND_WRITTEN.items())
+    )
     disagreements: list[str] = []
     pods = claims_compared = unschedulable = 0
+    features = {"shares": 0, "partitions": 0, "tainted": 0, "refused-feature-pods": 0}
     every = [objects(name, node, s) for (name, s), node in zip(scenarios, heartbeats, strict=True)]
     for parts in every:
         for obj in [*parts["slices"], *parts["claims"]]:
@@ -310,10 +446,15 @@ async def test_simulate_agrees_with_kube_scheduler(
                     f"{pod}: kube-scheduler {'scheduled' if scheduled else 'unschedulable'}, "
                     f"simulate {sim_pods.get(pod)}"
                 )
+        if any("counters" in s["metadata"]["name"] for s in parts["slices"]):
+            features["refused-feature-pods"] += sum(not v for v in real_pods.values())
         for claim, devices in real_claims.items():
             if devices is None:
                 continue
             claims_compared += 1
+            features["shares"] += sum(bool(used) for _, used in devices)
+            features["partitions"] += sum(d[3:4].isdigit() for d, _ in devices)
+            features["tainted"] += sum(d.startswith("plain") for d, _ in devices)
             if sim_claims.get(claim) != devices:
                 disagreements.append(
                     f"{claim}: kube-scheduler {devices}, simulate {sim_claims.get(claim)}"
@@ -322,7 +463,10 @@ async def test_simulate_agrees_with_kube_scheduler(
         print(
             f"\nsimulate vs kube-scheduler: {len(scenarios)} scenarios, {pods} pods "
             f"({unschedulable} unschedulable), {claims_compared} allocations compared, "
-            f"{len(disagreements)} disagreements"
+            f"{len(disagreements)} disagreements; 1.36+ scenarios: {features['shares']} shares, "
+            f"{features['partitions']} partitions, {features['tainted']} devices that may be "
+            f"tainted, {features['refused-feature-pods']} pods refused"
         )
     assert disagreements == []
     assert 0 < unschedulable < pods, "the scenarios exercise both verdicts"
+    assert all(features.values()), f"the 1.36+ scenarios exercise every feature: {features}"
