@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from dralet.cli.main import cli
 from dralet.validation import catalog
+from dralet.validation.targets import Target
 
 MANIFESTS = Path(__file__).parent / "manifests"
 CORPUS = sorted(p for p in MANIFESTS.iterdir() if p.suffix in (".yaml", ".json"))
@@ -83,7 +84,7 @@ def test_every_rule_is_exercised_by_the_corpus() -> None:
 
 def test_json_output_lists_every_diagnostic_with_its_fix() -> None:
     manifest = MANIFESTS / "invalid-allocation-mode-wffc.yaml"
-    code, output = _run("-o", "json", str(manifest))
+    code, output = _run("-k", "1.34", "-o", "json", str(manifest))
     assert code == ERROR_EXIT
     assert json.loads(output) == [
         {
@@ -103,7 +104,7 @@ def test_json_output_lists_every_diagnostic_with_its_fix() -> None:
 
 def test_stdin_is_read_for_a_dash() -> None:
     text = (MANIFESTS / "invalid-count.yaml").read_text()
-    code, output = _run("-", stdin=text)
+    code, output = _run("-k", "1.34", "-", stdin=text)
     assert code == ERROR_EXIT
     assert output.splitlines()[0] == (
         "<stdin>:10:14: DRA011 error count -1: must be greater than zero"
@@ -115,7 +116,7 @@ def test_a_directory_is_walked_and_sorted_by_file(tmp_path: Path) -> None:
     (tmp_path / "b" / "claim.yml").write_text((MANIFESTS / "invalid-count.yaml").read_text())
     (tmp_path / "a.json").write_text((MANIFESTS / "invalid-manifest.json").read_text())
     (tmp_path / "notes.txt").write_text("not a manifest")
-    code, output = _run(str(tmp_path))
+    code, output = _run("-k", "1.34", str(tmp_path))
     files = [line.split(":", 1)[0] for line in output.splitlines()[:-1]]
     assert files == [str(tmp_path / "a.json")] + [str(tmp_path / "b" / "claim.yml")] * 2
     assert output.splitlines()[-1] == "3 errors, 0 warnings (2 files, 2 objects checked)"
@@ -136,20 +137,31 @@ def test_kubernetes_version_selects_the_served_api() -> None:
     assert _run("--kubernetes-version", "1.35", manifest)[0] == 0
 
 
+def test_deprecated_and_removed_versions_follow_the_release() -> None:
+    v1beta1 = "resource.k8s.io/v1beta1"
+    assert Target("1.34").deprecation(v1beta1) is None
+    assert "deprecated since Kubernetes 1.35" in (Target("1.37").deprecation(v1beta1) or "")
+    assert Target("1.37").deprecation("resource.k8s.io/v1") is None
+    # Ready for 1.38: the table already stops serving v1beta1 there.
+    assert Target("1.38").served_resource_versions == ("v1beta2", "v1")
+    assert "removed in Kubernetes 1.38" in Target("1.38").unserved_reason(v1beta1)
+    assert Target("1.39").served_resource_versions == ("v1",)
+
+
 def test_default_target_is_the_newest_supported_release_and_help_says_so() -> None:
     assert _run(str(MANIFESTS / "valid-v1-k134.yaml"))[0] == 0
     code, output = _run("--help")
     assert code == 0
-    assert "[default: 1.35]" in output
+    assert "[default: 1.37]" in output
     assert "Exit status:" in output and "1   findings: errors in the manifests" in output
 
 
 def test_yaml_output_is_the_json_list_in_yaml() -> None:
     manifest = str(MANIFESTS / "invalid-count.yaml")
-    code, output = _run("-o", "yaml", manifest)
+    code, output = _run("-k", "1.34", "-o", "yaml", manifest)
     assert code == ERROR_EXIT
     listed = yaml.safe_load(output)
-    assert listed == json.loads(_run("-o", "json", manifest)[1])
+    assert listed == json.loads(_run("-k", "1.34", "-o", "json", manifest)[1])
     assert listed[0]["id"] == "DRA011"
 
 

@@ -165,7 +165,8 @@ _ALL: tuple[Rule, ...] = (
         _E,
         "list or map exceeds its limit",
         "The API server caps lists: 32 requests, selectors, constraints and configs, 8 "
-        "subrequests, 128 devices per slice, 32 attributes and capacities per device.",
+        "subrequests, 128 devices per slice (64 from 1.35 when devices use taints or counters), "
+        "8 counter sets of 32 counters, 32 attributes and capacities per device.",
         "Split the object (more slices, fewer requests per claim) or merge entries.",
         "# a ResourceSlice with 129 devices\n",
         "# two ResourceSlices of the same pool (resourceSliceCount: 2), 64 + 65 devices\n",
@@ -387,6 +388,17 @@ _ALL: tuple[Rule, ...] = (
         "# a.yaml and b.yaml both hold\nkind: ResourceClaim\nmetadata: {name: gpu}\n",
         "# a.yaml\nkind: ResourceClaim\nmetadata: {name: gpu}\n"
         "# b.yaml\nkind: ResourceClaim\nmetadata: {name: gpu-large}\n",
+    ),
+    Rule(
+        "DRA109",
+        _W,
+        "deprecated API version",
+        "The target release still serves this resource.k8s.io version but deprecates it: "
+        "v1beta1 since 1.35 (gone in 1.38), v1beta2 since 1.36 (gone in 1.39).",
+        "Move the object to resource.k8s.io/v1 (served from 1.34).",
+        "# -k 1.37\napiVersion: resource.k8s.io/v1beta1\nkind: DeviceClass\n"
+        "metadata: {name: gpu}\n",
+        "# -k 1.37\napiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu}\n",
     ),
 )
 

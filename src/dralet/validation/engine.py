@@ -98,6 +98,7 @@ def validate_sources(sources: Sequence[Any], *, target: Target) -> Report:
 
 NOT_CHECKED = "DRA006"
 DUPLICATE_OBJECT = "DRA108"
+DEPRECATED_VERSION = "DRA109"
 _CLUSTER_SCOPED = frozenset(
     {
         "DeviceClass",
@@ -206,6 +207,9 @@ class _Run:
         if shape is None or validator is None:
             yield self._served(obj, self.target.unserved_reason(obj.api_version))
             return
+        deprecated = self.target.deprecation(obj.api_version)
+        if deprecated is not None:
+            yield Finding(DEPRECATED_VERSION, ("apiVersion",), deprecated)
         structural = schemas.schema_findings(validator, obj.data, api_version=obj.api_version)
         yield from structural
         yield from _not_repeating(structural, self._dra_semantic_findings(obj, shape))

@@ -103,7 +103,7 @@ def slice_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[Finding
     if len(chosen) != 1:
         yield Finding("DRA015", ("spec",), _node_selection_message(fields, chosen), Anchor.KEY)
     yield from _node_fields_findings(spec, path=("spec",), pointers=shape.version == "v1")
-    yield from _counter_set_findings(spec.get("sharedCounters"))
+    yield from _counter_set_findings(spec.get("sharedCounters"), shape=shape)
     if shape.counters_in_own_slices and spec.get("sharedCounters") and spec.get("devices"):
         yield Finding(
             "DRA018",
@@ -116,11 +116,24 @@ def slice_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[Finding
     devices = spec.get("devices")
     if not isinstance(devices, list):
         return
-    if len(devices) > limits.DEVICES_PER_SLICE:
+    most = shape.devices_max(
+        taints_or_counters=any(
+            isinstance(d, dict)
+            and (_device_field(d, shape, "taints") or _device_field(d, shape, "consumesCounters"))
+            for d in devices
+        ),
+        list_attributes=any(isinstance(d, dict) and _has_list_attribute(d, shape) for d in devices),
+    )
+    if len(devices) > most:
+        why = (
+            ""
+            if most == limits.DEVICES_PER_SLICE
+            else " when devices use taints, counters or list attributes"
+        )
         yield Finding(
             "DRA013",
             ("spec", "devices"),
-            f"{len(devices)} devices: must have at most {limits.DEVICES_PER_SLICE} per slice",
+            f"{len(devices)} devices: must have at most {most} per slice{why}",
             Anchor.KEY,
         )
     seen: set[str] = set()
@@ -253,7 +266,7 @@ def _device_findings(
                     Anchor.KEY,
                 )
         yield from _node_fields_findings(fields, path=where)
-    yield from _consumes_counters_findings(fields.get("consumesCounters"), path=where)
+    yield from _consumes_counters_findings(fields.get("consumesCounters"), path=where, shape=shape)
     taints = fields.get("taints")
     if isinstance(taints, list):
         for index, taint in enumerate(taints):
@@ -360,10 +373,28 @@ def _counter_names_findings(counters: Any, *, path: Path) -> Iterator[Finding]:
             yield Finding("DRA012", (*path, name), f"counter name {name!r}: {problem}", Anchor.KEY)
 
 
-def _counter_set_findings(counter_sets: Any) -> Iterator[Finding]:
-    """Counter set names and their counters' names are DNS labels, unique per slice."""
+def _counter_set_findings(counter_sets: Any, *, shape: ApiShape) -> Iterator[Finding]:
+    """Counter set names and their counters' names are DNS labels, unique per slice; how
+    many sets a slice and counters a set may hold depends on the release."""
     if not isinstance(counter_sets, list):
         return
+    if len(counter_sets) > shape.counter_sets_max:
+        yield Finding(
+            "DRA013",
+            ("spec", "sharedCounters"),
+            f"{len(counter_sets)} counter sets: must have at most {shape.counter_sets_max}",
+            Anchor.KEY,
+        )
+    per_set = shape.counters_per_set_max
+    for index, counter_set in enumerate(counter_sets):
+        counters = counter_set.get("counters") if isinstance(counter_set, dict) else None
+        if per_set is not None and isinstance(counters, dict) and len(counters) > per_set:
+            yield Finding(
+                "DRA013",
+                ("spec", "sharedCounters", index, "counters"),
+                f"{len(counters)} counters: must have at most {per_set} per counter set",
+                Anchor.KEY,
+            )
     seen: set[str] = set()
     for index, counter_set in enumerate(counter_sets):
         if not isinstance(counter_set, dict):
@@ -380,9 +411,38 @@ def _counter_set_findings(counter_sets: Any) -> Iterator[Finding]:
         yield from _counter_names_findings(counter_set.get("counters"), path=(*path, "counters"))
 
 
-def _consumes_counters_findings(consumptions: Any, *, path: Path) -> Iterator[Finding]:
+_LIST_VALUE_KEYS = ("strings", "ints", "bools", "versions")
+"""List-type attribute values (DRAListTypeAttributes, alpha in 1.36)."""
+
+
+def _device_field(device: dict[str, Any], shape: ApiShape, name: str) -> Any:
+    source = device.get("basic") if shape.devices_in_basic else device
+    return source.get(name) if isinstance(source, dict) else None
+
+
+def _has_list_attribute(device: dict[str, Any], shape: ApiShape) -> bool:
+    attributes = _device_field(device, shape, "attributes")
+    if not isinstance(attributes, dict):
+        return False
+    return any(
+        isinstance(value, dict) and any(k in value for k in _LIST_VALUE_KEYS)
+        for value in attributes.values()
+    )
+
+
+def _consumes_counters_findings(
+    consumptions: Any, *, path: Path, shape: ApiShape
+) -> Iterator[Finding]:
     if not isinstance(consumptions, list):
         return
+    most = shape.consumptions_per_device_max
+    if most is not None and len(consumptions) > most:
+        yield Finding(
+            "DRA013",
+            (*path, "consumesCounters"),
+            f"{len(consumptions)} counter consumptions: must have at most {most} per device",
+            Anchor.KEY,
+        )
     seen: set[str] = set()
     for index, consumption in enumerate(consumptions):
         if not isinstance(consumption, dict):

@@ -4,8 +4,15 @@ serves, and which fields each (Kubernetes version, API version) pair has.
 Facts: v1beta1 arrives in 1.32 (flat requests, devices wrapped in ``basic``); 1.33 adds
 v1beta2 (``exactly``/``firstAvailable`` requests, flat devices) and grows v1beta1 with
 ``firstAvailable``, per-device node selection and taints; 1.34 serves v1 (the v1beta2
-shape) and adds ``distinctAttribute``; 1.35 raises the per-device taint limit to 16.
+shape) and adds ``distinctAttribute``; 1.35 raises the per-device taint limit to 16,
+caps a slice with taints or counter consumption at 64 devices and sets the counter
+limits below; 1.36 counts list-type attributes as such a feature too. v1beta1 is
+deprecated from 1.35 and gone in 1.38, v1beta2 deprecated from 1.36 and gone in 1.39.
 v1alpha3 is an alpha API that dralet does not support.
+
+Sources: k8s.io/api v0.33.0-v0.37.2 resource/v1beta2 and v1 types.go (the limits by
+their upstream names below) and resource/v1beta1, v1beta2
+zz_generated.prerelease-lifecycle.go (deprecated and removed releases).
 """
 
 from __future__ import annotations
@@ -27,12 +34,30 @@ __all__ = [
 
 RESOURCE_GROUP = "resource.k8s.io"
 DRA_KINDS = ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
-SUPPORTED_KUBERNETES_VERSIONS = releases.through("1.35")
+SUPPORTED_KUBERNETES_VERSIONS = releases.through("1.37")
 """The releases whose API rules (below) dralet validates against."""
 DEFAULT_KUBERNETES_VERSION = releases.newest(SUPPORTED_KUBERNETES_VERSIONS)
 
 _SERVED_FROM = {"v1beta1": 32, "v1beta2": 33, "v1": 34}
 """The minor Kubernetes release that first serves each resource.k8s.io version."""
+_DEPRECATED_FROM = {"v1beta1": 35, "v1beta2": 36}
+_REMOVED_IN = {"v1beta1": 38, "v1beta2": 39}
+"""The minor release that no longer serves a version (ready for 1.38 schemas)."""
+_ADVANCED_DEVICES_LIMIT_FROM = 35
+"""ResourceSliceMaxDevicesWithTaintsOrConsumesCounters (1.35), renamed
+ResourceSliceMaxDevicesWithAdvancedFeatures in 1.36: 64 instead of 128."""
+_LIST_ATTRIBUTES_ADVANCED_FROM = 36
+_ADVANCED_DEVICES_MAX = 64
+_DEVICES_MAX = 128
+_COUNTER_LIMITS_FROM = 35
+"""1.35 replaced ResourceSliceMaxSharedCounters (32 sets) with ResourceSliceMaxCounterSets
+(8) and ResourceSliceMaxCountersPerCounterSet (32), and limits consumption to
+ResourceSliceMaxDeviceCounterConsumptionsPerDevice (2) entries of
+ResourceSliceMaxCountersPerDeviceCounterConsumption (32) counters."""
+_COUNTER_SETS_MAX_BEFORE = 32
+_COUNTER_SETS_MAX = 8
+_COUNTERS_PER_SET_MAX = 32
+_CONSUMPTIONS_PER_DEVICE_MAX = 2
 _FIRST_AVAILABLE_FROM = 33
 _PER_DEVICE_NODE_SELECTION_FROM = 33
 _DISTINCT_ATTRIBUTE_FROM = 34
@@ -108,6 +133,26 @@ class ApiShape:
     def taints_max(self) -> int:
         return _TAINTS_MAX_AFTER if self.minor >= _TAINTS_16_FROM else _TAINTS_MAX_BEFORE
 
+    def devices_max(self, *, taints_or_counters: bool, list_attributes: bool) -> int:
+        """Devices one slice may hold, given what its devices use."""
+        advanced = (taints_or_counters and self.minor >= _ADVANCED_DEVICES_LIMIT_FROM) or (
+            list_attributes and self.minor >= _LIST_ATTRIBUTES_ADVANCED_FROM
+        )
+        return _ADVANCED_DEVICES_MAX if advanced else _DEVICES_MAX
+
+    @property
+    def counter_sets_max(self) -> int:
+        limited = self.minor >= _COUNTER_LIMITS_FROM
+        return _COUNTER_SETS_MAX if limited else _COUNTER_SETS_MAX_BEFORE
+
+    @property
+    def counters_per_set_max(self) -> int | None:
+        return _COUNTERS_PER_SET_MAX if self.minor >= _COUNTER_LIMITS_FROM else None
+
+    @property
+    def consumptions_per_device_max(self) -> int | None:
+        return _CONSUMPTIONS_PER_DEVICE_MAX if self.minor >= _COUNTER_LIMITS_FROM else None
+
 
 @dataclass(frozen=True)
 class Target:
@@ -121,7 +166,24 @@ class Target:
 
     @property
     def served_resource_versions(self) -> tuple[str, ...]:
-        return tuple(v for v, since in _SERVED_FROM.items() if self.minor >= since)
+        return tuple(
+            v
+            for v, since in _SERVED_FROM.items()
+            if since <= self.minor < _REMOVED_IN.get(v, self.minor + 1)
+        )
+
+    def deprecation(self, api_version: str) -> str | None:
+        """A warning when this release serves ``api_version`` but deprecates it."""
+        group, _, version = api_version.partition("/")
+        since = _DEPRECATED_FROM.get(version)
+        if group != RESOURCE_GROUP or since is None or self.minor < since:
+            return None
+        if version not in self.served_resource_versions:
+            return None
+        return (
+            f"apiVersion {api_version} is deprecated since Kubernetes 1.{since} and is no "
+            f"longer served from 1.{_REMOVED_IN[version]}; use {RESOURCE_GROUP}/v1"
+        )
 
     def shape(self, api_version: str) -> ApiShape | None:
         """The shape of a resource.k8s.io apiVersion, or None if this release lacks it."""
@@ -135,6 +197,8 @@ class Target:
         served = ", ".join(f"{RESOURCE_GROUP}/{v}" for v in self.served_resource_versions)
         if group == RESOURCE_GROUP and version.startswith("v1alpha"):
             why = "an alpha API that dralet does not support"
+        elif group == RESOURCE_GROUP and self.minor >= _REMOVED_IN.get(version, self.minor + 1):
+            why = f"removed in Kubernetes 1.{_REMOVED_IN[version]}"
         elif group == RESOURCE_GROUP and version in _SERVED_FROM:
             why = f"first served in Kubernetes 1.{_SERVED_FROM[version]}"
         else:
