@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from dralet import kube
+from dralet.allocation import allocator, manifests, simulation
+from dralet.allocation.features import Features
 from dralet.apiserver import ApiServer
 from dralet.node import devices
 from dralet.node.backend import DeviceHealth, HealthStatus
@@ -240,3 +242,77 @@ def test_a_taint_time_the_server_added_is_not_a_difference() -> None:
         [[device]], [live_slice], driver=DRIVER, pool="p", node=owner, last_generation=1
     )
     assert plan.writes == ()
+
+
+class SlicedGPU(PartitionedGPU):
+    """One 80Gi GPU published whole and as four 20Gi partitions over one counter set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        use = {"whole": "80Gi", **{f"mig-{i}": "20Gi" for i in range(4)}}
+        self.listed = [
+            Device(
+                name=name,
+                attributes={"profile": "whole" if name == "whole" else "2g.20gb"},
+                consumes_counters=(CounterConsumption("gpu-0", {"memory": memory}),),
+            )
+            for name, memory in use.items()
+        ]
+
+    async def counter_sets(self) -> Sequence[CounterSet]:
+        return [CounterSet("gpu-0", {"memory": "80Gi"})]
+
+
+def _claim(name: str, profile: str, *, tolerate: bool = False) -> dict[str, Any]:
+    exactly: dict[str, Any] = {
+        "deviceClassName": "gpu",
+        "selectors": [
+            {"cel": {"expression": f'device.attributes["{DRIVER}"].profile == "{profile}"'}}
+        ],
+    }
+    if tolerate:
+        exactly["tolerations"] = [{"key": f"{DRIVER}/unhealthy", "operator": "Exists"}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": exactly}]}},
+    }
+
+
+async def test_what_was_published_simulates_within_its_counters_and_taints(
+    apiserver: Any, client: kube.KubeClient, node_uid: str
+) -> None:
+    """The round trip on 1.37: the publisher's counter sets and health taint, as the API
+    server stored them, are what ``dralet simulate`` allocates from."""
+    if not _serves_new_fields(apiserver):
+        pytest.skip("the stand-ins play 1.32 and 1.34, which do not serve these fields")
+    backend = SlicedGPU()
+    backend.health_now = {"mig-3": DeviceHealth(HealthStatus.UNHEALTHY, "XID 79")}
+    await _publisher(client, backend, unhealthy_taint_effect="NoSchedule").reconcile_once()
+    gpu_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu"},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+    }
+    claims = [
+        *(_claim(f"part-{i}", "2g.20gb") for i in range(4)),
+        _claim("part-tolerating", "2g.20gb", tolerate=True),
+        _claim("whole", "whole"),
+    ]
+    inputs = manifests.decode_objects([gpu_class, *live(apiserver), *claims])
+    settings = allocator.AllocatorSettings(features=Features.for_release("1.37"))
+    report = simulation.simulate(inputs, settings=simulation.SimulationSettings(allocator=settings))
+    got = {
+        o.claim.name: [r.device for r in o.allocation.results] if o.allocation else o.status
+        for o in report.outcomes
+    }
+    assert got == {
+        "part-0": ["mig-0"],
+        "part-1": ["mig-1"],
+        "part-2": ["mig-2"],
+        "part-3": "unschedulable",  # only mig-3 is left, tainted and not tolerated
+        "part-tolerating": ["mig-3"],
+        "whole": "unschedulable",  # the partitions hold all 80Gi of the counter set
+    }
