@@ -173,10 +173,19 @@ class ClusterApi:
         return self.request("POST", self.path(kind, namespace=ns, version=version), dict(obj))
 
     def ensure_namespace(self, name: str) -> None:
-        """The stand-in has no Namespace objects; here one is made on first use."""
-        if name not in self._namespaces and self.get("Namespace", name) is None:
-            self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-            self._namespaces.add(name)
+        """The stand-in has no Namespace objects; here one is made on first use, once an
+        earlier test's namespace of that name has finished terminating."""
+        if name in self._namespaces:
+            return
+        deadline = time.monotonic() + 60
+        while (found := self.get("Namespace", name)) is not None:
+            if not found["metadata"].get("deletionTimestamp"):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"namespace {name} is still terminating")
+            time.sleep(0.2)
+        self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        self._namespaces.add(name)
 
     def get(
         self, kind: str, name: str, *, namespace: str | None = None, version: str | None = None

@@ -91,6 +91,7 @@ def test_json_output_lists_every_diagnostic_with_its_fix() -> None:
             "file": str(manifest),
             "line": 12,
             "column": 25,
+            "field": "spec.spec.devices.requests[0].allocationMode",
             "id": "DRA010",
             "severity": "error",
             "message": 'allocationMode "WaitForFirstConsumer": supported values: "All", '

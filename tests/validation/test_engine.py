@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dralet.validation import catalog, engine
-from dralet.validation.diagnostics import Severity
+from dralet.validation.diagnostics import Path, Severity, field_path
 from dralet.validation.documents import Source
 from dralet.validation.targets import Target
 
@@ -59,3 +61,34 @@ def test_every_rule_has_why_fix_and_examples() -> None:
         assert rule.id.startswith("DRA")
         assert rule.why and rule.fix and rule.bad and rule.good and rule.title
         assert "\n" not in rule.why and "\n" not in rule.fix
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        (("spec", "devices", "requests", 0, "name"), "spec.devices.requests[0].name"),
+        (
+            ("spec", "devices", 1, "attributes", "numa", "int"),
+            "spec.devices[1].attributes[numa].int",
+        ),
+        (
+            ("spec", "devices", 0, "capacity", "memory", "value"),
+            "spec.devices[0].capacity[memory].value",
+        ),
+        (
+            ("spec", "devices", 0, "basic", "capacity", "memory"),
+            "spec.devices[0].basic.capacity[memory]",
+        ),
+        (
+            ("spec", "devices", "requests", 0, "exactly", "capacity", "requests", "memory"),
+            "spec.devices.requests[0].exactly.capacity.requests[memory]",
+        ),
+        (("metadata", "labels", "example.com/Bad Key"), "metadata.labels[example.com/Bad Key]"),
+        (
+            ("spec", "sharedCounters", 0, "counters", "memory"),
+            "spec.sharedCounters[0].counters[memory]",
+        ),
+    ],
+)
+def test_a_finding_names_its_field_as_the_api_server_does(path: Path, field: str) -> None:
+    assert field_path(path) == field

@@ -134,6 +134,8 @@ def _name_findings(name: str, *, path: Path, seen: set[str], what: str) -> Itera
 
 def _request_findings(request: dict[str, Any], *, shape: ApiShape, path: Path) -> Iterator[Finding]:
     first_available = request.get("firstAvailable") if shape.first_available else None
+    if first_available == []:
+        first_available = None  # omitempty: the server decodes [] as not set
     if shape.requests_in_exactly:
         exactly = request.get("exactly")
         if exactly is None and first_available is None:

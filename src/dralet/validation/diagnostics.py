@@ -11,9 +11,37 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["Anchor", "Diagnostic", "Finding", "Path", "Severity"]
+__all__ = ["Anchor", "Diagnostic", "Finding", "Path", "Severity", "field_path"]
 
 Path = tuple[str | int, ...]
+
+
+_MAP_FIELDS = frozenset({"attributes", "labels", "annotations", "counters", "consumedCapacity"})
+"""Fields whose keys are map keys, not field names: the server writes ``attributes[numa]``."""
+
+
+def _is_map_key(path: Path, index: int) -> bool:
+    parent = path[index - 1] if index >= 1 else None
+    if parent in _MAP_FIELDS:
+        return True
+    if parent == "capacity" and index >= 2:
+        owner = path[index - 2]  # a device's capacity is a map; a request's is a struct
+        return owner == "basic" or (
+            isinstance(owner, int) and index >= 3 and path[index - 3] == "devices"
+        )
+    return parent == "requests" and index >= 2 and path[index - 2] == "capacity"
+
+
+def field_path(path: Path) -> str:
+    """``path`` as kube-apiserver names a field in its errors: ``spec.devices.requests[0].name``,
+    map keys in brackets (``spec.devices[0].attributes[numa]``)."""
+    text = ""
+    for index, part in enumerate(path):
+        if isinstance(part, int) or _is_map_key(path, index) or not part.isidentifier():
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
 
 
 class Severity(enum.Enum):
@@ -55,6 +83,9 @@ class Diagnostic:
     severity: Severity
     message: str
     fix: str
+    field: str = ""
+    """Where in the object, as the server names it (``spec.devices.requests[0]``); empty
+    for problems of the file itself and for those across objects."""
 
     def sort_key(self) -> tuple[str, int, int, str, str]:
         return (self.file, self.line, self.column, self.rule, self.message)

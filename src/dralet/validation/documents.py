@@ -67,6 +67,8 @@ class LoadProblem:
     position: Position
     message: str
     rule: str
+    field: str = ""
+    """The field the problem is about, where it is one (a mis-cased ``apiversion``)."""
 
 
 @dataclass(frozen=True)
@@ -338,6 +340,7 @@ def _objects(
                 + ", ".join(f"{k!r} must be spelled {_TYPE_KEYS[k.lower()]!r}" for k in miscased)
                 + " (kubectl refuses the document)",
                 "DRA005",
+                miscased[0],
             )
         )
         return

@@ -21,7 +21,7 @@ from dralet.validation import (
     slices,
     workloads,
 )
-from dralet.validation.diagnostics import Anchor, Diagnostic, Finding, Path
+from dralet.validation.diagnostics import Anchor, Diagnostic, Finding, Path, field_path
 from dralet.validation.documents import ManifestObject, parse_source, read_sources
 from dralet.validation.targets import (
     DRA_KINDS,
@@ -61,6 +61,7 @@ def _diagnostic(obj: ManifestObject, finding: Finding) -> Diagnostic:
         known.severity,
         finding.message,
         known.fix,
+        field_path(finding.path),
     )
 
 
@@ -81,6 +82,7 @@ def validate_sources(sources: Sequence[Any], *, target: Target) -> Report:
                     known.severity,
                     problem.message,
                     known.fix,
+                    problem.field,
                 )
             )
     run = _Run(target)

@@ -61,7 +61,9 @@ def selector_findings(selectors: Any, *, path: Path) -> Iterator[Finding]:
         if not isinstance(selector, dict):
             continue
         if selector.get("cel") is None:
-            yield Finding("DRA018", (*path, index), "selector: `cel` is required", Anchor.KEY)
+            yield Finding(
+                "DRA018", (*path, index, "cel"), "selector: `cel` is required", Anchor.KEY
+            )
             continue
         expression = (
             selector["cel"].get("expression") if isinstance(selector["cel"], dict) else None

@@ -49,7 +49,9 @@ def object_meta_findings(
     generate_name = metadata.get("generateName")
     rule = _name_rule(kind)
     if not name and not generate_name:
-        yield Finding(RULE, base, "metadata.name: name or generateName is required", Anchor.KEY)
+        yield Finding(
+            RULE, (*base, "name"), "metadata.name: name or generateName is required", Anchor.KEY
+        )
     if isinstance(name, str) and name and name_format:
         problem = rule(name)
         if problem is not None:

@@ -31,7 +31,9 @@ def config_findings(configs: Any, *, path: Path) -> Iterator[Finding]:
             continue
         opaque = config.get("opaque")
         if opaque is None:
-            yield Finding("DRA018", (*path, index), "config: `opaque` is required", Anchor.KEY)
+            yield Finding(
+                "DRA018", (*path, index, "opaque"), "config: `opaque` is required", Anchor.KEY
+            )
             continue
         if isinstance(opaque, dict):
             yield from _opaque_findings(opaque, path=(*path, index, "opaque"))
@@ -44,7 +46,9 @@ def _opaque_findings(opaque: dict[str, Any], *, path: Path) -> Iterator[Finding]
         if problem is not None:
             yield Finding("DRA012", (*path, "driver"), f"driver {driver!r}: {problem}")
     if "parameters" not in opaque or opaque["parameters"] is None:
-        yield Finding("DRA019", path, "opaque: `parameters` is required", Anchor.KEY)
+        yield Finding(
+            "DRA019", (*path, "parameters"), "opaque: `parameters` is required", Anchor.KEY
+        )
         return
     parameters = opaque["parameters"]
     where = (*path, "parameters")

@@ -38,6 +38,7 @@ def _records(diagnostics: Sequence[Diagnostic]) -> list[dict[str, object]]:
             "file": d.file,
             "line": d.line,
             "column": d.column,
+            "field": d.field,
             "id": d.rule,
             "severity": d.severity.value,
             "message": d.message,

@@ -39,11 +39,15 @@ _ZERO_VALUE_ACCEPTED: frozenset[tuple[str, Path, str]] = frozenset(
         ("ResourceClaimTemplate", (), "spec"),
         ("ResourceClaimTemplate", ("spec",), "spec"),
         ("ResourceSlice", ("spec", "pool"), "generation"),
+        ("ResourceSlice", ("spec", "devices", "*", "capacity", "*"), "value"),
+        ("ResourceSlice", ("spec", "devices", "*", "basic", "capacity", "*"), "value"),
     }
 )
 """(kind, path, field) the OpenAPI lists as required but the API server decodes to a zero
 value that its validation accepts: an omitted spec is an empty spec, an omitted pool
-generation is 0. The server, not the OpenAPI ``required`` list, decides."""
+generation is 0, a device capacity without a value is a quantity of 0 (``value`` is a
+``resource.Quantity``, not a pointer: k8s.io/api resource/v1 types.go DeviceCapacity).
+The server, not the OpenAPI ``required`` list, decides. ``*`` stands for any index or key."""
 
 
 @functools.cache
@@ -112,7 +116,14 @@ def schema_findings(
 
 def _zero_value_accepted(kind: str, error: SchemaError) -> bool:
     missing = error.message.split('"')[1] if error.message.count('"') >= 2 else ""
-    return (kind, error.path, missing) in _ZERO_VALUE_ACCEPTED
+    path: Path = error.path
+    return any(
+        kind == known_kind
+        and missing == field
+        and len(path) == len(pattern)
+        and all(p == "*" or p == step for p, step in zip(pattern, path, strict=True))
+        for known_kind, pattern, field in _ZERO_VALUE_ACCEPTED
+    )
 
 
 def _findings(error: SchemaError, *, api_version: str) -> Iterator[Finding]:
