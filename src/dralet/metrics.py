@@ -59,6 +59,13 @@ class DriverMetrics:
             ["reason"],
             registry=r,
         )
+        self.device_status_writes = Counter(
+            "dralet_claim_device_status_writes",
+            "Writes of claims' status.devices entries, by result (ok, failed, refused: a "
+            "backend's status the API server would not take).",
+            ["result"],
+            registry=r,
+        )
         self.checkpoint_errors = Counter(
             "dralet_checkpoint_errors",
             "Checkpoint files found unusable (the driver then fails closed).",

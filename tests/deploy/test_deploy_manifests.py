@@ -73,8 +73,13 @@ def rules_of(document: Document) -> dict[tuple[str, str], list[str]]:
     }
 
 
+DEVICE_STATUS = (("deviceStatus.write", "true"),)
+
+
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
-@pytest.mark.parametrize("settings", [(), EXAMPLES], ids=["driver", "examples"])
+@pytest.mark.parametrize(
+    "settings", [(), EXAMPLES, DEVICE_STATUS], ids=["driver", "examples", "device-status"]
+)
 def test_rendered_objects_pass_the_strict_schemas(
     render: Render,
     strict_schema_errors: SchemaErrors,
@@ -295,6 +300,36 @@ def test_least_privilege_rbac(render: Render, version: str) -> None:
         daemonset["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
     )
     assert daemonset["metadata"]["namespace"] == account["metadata"]["namespace"] == NAMESPACE
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_device_status_adds_exactly_its_status_rights(render: Render, version: str) -> None:
+    documents = render(version, DEVICE_STATUS)
+    assert "--write-device-status" in flags(plugin_container(documents))
+    rules = only(documents, "ClusterRole")["rules"]
+    added = [r for r in rules if r not in only(render(version), "ClusterRole")["rules"]]
+    expected: list[dict[str, Any]] = [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/status"],
+            "verbs": ["patch"],
+        }
+    ]
+    if minor(version) >= 36:  # DRAResourceClaimGranularStatusAuthorization, beta on in 1.36
+        expected.append(
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceclaims/driver"],
+                "resourceNames": [DRIVER],
+                "verbs": ["associated-node:patch"],
+            }
+        )
+    assert added == expected
+    policies = [
+        d["metadata"]["name"] for d in documents if d["kind"] == "ValidatingAdmissionPolicy"
+    ]
+    assert any(name.endswith("-resourceclaim-status") for name in policies)
+    assert "--write-device-status" not in flags(plugin_container(render(version)))
 
 
 def test_plugin_runs_as_root_without_capabilities(render: Render) -> None:

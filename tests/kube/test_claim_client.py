@@ -241,3 +241,59 @@ async def test_adding_the_finalizer_to_a_claim_just_read_reads_it_no_more(
     assert await source.add_finalizer("default", "c1", created_uid, "other/f", current=stale)
     assert reads == ["c1"]
     assert sorted(_finalizers(apiserver)) == sorted([FINALIZER, "other/f"])
+
+
+def _ready(driver: str, device: str) -> dict[str, Any]:
+    return {
+        "driver": driver,
+        "pool": "node-a",
+        "device": device,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Prepared",
+                "message": "",
+                "lastTransitionTime": "2026-12-04T00:00:00Z",
+            }
+        ],
+    }
+
+
+@pytest.mark.stand_in_only(
+    "the chart's identity needs deviceStatus RBAC and a node-bound token: "
+    "tests/k8s/test_device_status.py checks it on the real server"
+)
+async def test_device_status_apply_keeps_other_drivers_entries(
+    apiserver: ApiServer, client: kube.KubeClient
+) -> None:
+    uid = (await _claim(apiserver))["metadata"]["uid"]
+    status = allocation(driver="gpu.example.com", pool="node-a", device="gpu-0")
+    status["allocation"]["devices"]["results"].append(
+        {"request": "gpu", "driver": "net.example.com", "pool": "node-a", "device": "nic-0"}
+    )
+    apiserver.patch(
+        "ResourceClaim", "c1", {"status": status}, namespace="default", subresource="status"
+    )
+    gpu = kube.ClaimClient(client)
+    assert await gpu.apply_device_status(
+        "default", "c1", uid, "net.example.com", [_ready("net.example.com", "nic-0")]
+    )
+    assert await gpu.apply_device_status(
+        "default", "c1", uid, "gpu.example.com", [_ready("gpu.example.com", "gpu-0")]
+    )
+
+    def entries() -> list[tuple[str, str]]:
+        stored = apiserver.get("ResourceClaim", "c1", namespace="default")
+        assert stored is not None
+        return [(d["driver"], d["device"]) for d in stored["status"].get("devices", [])]
+
+    assert entries() == [("net.example.com", "nic-0"), ("gpu.example.com", "gpu-0")]
+    assert await gpu.apply_device_status("default", "c1", uid, "gpu.example.com", [])
+    assert entries() == [("net.example.com", "nic-0")]
+    with pytest.raises(kube.ApiError, match="must be an allocated device"):
+        await gpu.apply_device_status(
+            "default", "c1", uid, "gpu.example.com", [_ready("gpu.example.com", "gpu-9")]
+        )
+    assert not await gpu.apply_device_status("default", "c1", "another-uid", "gpu.example.com", [])
+    assert not await gpu.apply_device_status("default", "gone", uid, "gpu.example.com", [])

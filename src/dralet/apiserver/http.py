@@ -12,7 +12,7 @@ import builtins
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,10 @@ from dralet.apiserver import discovery, selectors
 from dralet.apiserver.errors import ApiStatusError, JSONObject
 from dralet.apiserver.kinds import BY_PLURAL, RESOURCE_GROUP, Kind
 from dralet.apiserver.kubeconfig import write_kubeconfig
-from dralet.apiserver.patches import json_patch, merge_patch
+from dralet.apiserver.patches import apply_list_map, json_patch, merge_patch
 from dralet.apiserver.settings import ApiServerSettings
 from dralet.apiserver.store import Store
+from dralet.apiserver.validity import device_status_key
 
 __all__ = ["ApiServer"]
 
@@ -69,6 +70,9 @@ class ApiServer(Store):
         super().__init__(settings, **overrides)
         self._runner: web.AppRunner | None = None
         self._failures: builtins.list[_InjectedFailure] = []
+        self._list_owners: dict[str, dict[Hashable, str]] = {}
+        """Per object UID: which field manager applied each item of ResourceClaim
+        ``status.devices`` (the one list the stand-in applies as a list map)."""
         self.url = ""
 
     # -- lifecycle --------------------------------------------------------------------
@@ -320,6 +324,33 @@ class ApiServer(Store):
             )
         raise ApiStatusError(405, "MethodNotAllowed", f"{request.method} is not supported here")
 
+    def _applier(
+        self, kind: Kind, subresource: str, applied: dict[str, Any], manager: str
+    ) -> Callable[[Any], Any]:
+        """How an apply changes the object: a merge, except a claim's ``status.devices``,
+        a list map whose items belong to the manager that applied them."""
+        devices = (applied.get("status") or {}).get("devices")
+        if kind.kind != "ResourceClaim" or subresource != "status" or devices is None:
+            return lambda current: merge_patch(current, applied)
+        rest = {**applied, "status": {k: v for k, v in applied["status"].items() if k != "devices"}}
+
+        def change(current: Any) -> Any:
+            owners = self._list_owners.setdefault(str(current["metadata"]["uid"]), {})
+            merged = merge_patch(current, rest)
+            status = dict(merged.get("status") or {})
+            status["devices"] = apply_list_map(
+                status.get("devices") or [],
+                devices,
+                key=device_status_key,
+                manager=manager,
+                owners=owners,
+            )
+            if not status["devices"]:
+                del status["devices"]
+            return {**merged, "status": status}
+
+        return change
+
     async def _patch_request(
         self,
         request: web.Request,
@@ -347,7 +378,19 @@ class ApiServer(Store):
                 ) from error
             if not isinstance(applied, dict):
                 raise ApiStatusError(400, "BadRequest", "the apply body must be an object")
-            if (kind.plural, namespace or "", name) not in self._objects:
+            stored = self._objects.get((kind.plural, namespace or "", name))
+            if stored is None and subresource:
+                raise ApiStatusError(404, "NotFound", f'{kind.plural} "{name}" not found')
+            if stored is not None:
+                wanted_uid = (applied.get("metadata") or {}).get("uid")
+                if wanted_uid and wanted_uid != stored["metadata"]["uid"]:
+                    raise ApiStatusError(
+                        422,
+                        "Invalid",
+                        f'{kind.kind} "{name}" is invalid: metadata.uid: Invalid value: '
+                        f'"{wanted_uid}": field is immutable',
+                    )
+            if stored is None:
                 metadata = {**(applied.get("metadata") or {}), "name": name}
                 return _json_response(
                     self._create(
@@ -368,7 +411,7 @@ class ApiServer(Store):
                     namespace,
                     name,
                     subresource,
-                    lambda current: merge_patch(current, applied),
+                    self._applier(kind, subresource, applied, manager),
                     verb="apply",
                     manager=manager,
                     dry_run=dry_run,

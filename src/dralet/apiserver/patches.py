@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from dralet.apiserver.errors import ApiStatusError
 
-__all__ = ["json_patch", "merge_patch"]
+__all__ = ["apply_list_map", "json_patch", "merge_patch"]
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -21,6 +21,33 @@ def merge_patch(target: Any, patch: Any) -> Any:
             result.pop(key, None)
         else:
             result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def apply_list_map(
+    current: Sequence[Mapping[str, Any]],
+    applied: Sequence[Mapping[str, Any]],
+    *,
+    key: Callable[[Mapping[str, Any]], Hashable],
+    manager: str,
+    owners: dict[Hashable, str],
+) -> list[dict[str, Any]]:
+    """Server-side apply of a ``listType=map`` list by one field manager: its applied
+    items replace theirs (or are added), the items it applied before and left out now are
+    removed, and every other manager's items stay. ``owners`` (key → manager) is updated."""
+    wanted = {key(item): dict(item) for item in applied}
+    result: list[dict[str, Any]] = []
+    for item in current:
+        k = key(item)
+        if k in wanted:
+            result.append(wanted.pop(k))
+        elif owners.get(k) != manager:
+            result.append(dict(item))
+        else:
+            del owners[k]
+    result.extend(wanted.values())
+    for item in applied:
+        owners[key(item)] = manager
     return result
 
 

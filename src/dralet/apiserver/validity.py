@@ -28,6 +28,17 @@ def schema_errors(obj: Mapping[str, Any], *, kubernetes_version: str) -> list[st
     return [finding.message for finding in found]
 
 
+def device_status_key(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """How the API keys a claim's ``status.devices`` list (and matches an entry to its
+    allocation result): driver, pool, device, shareID."""
+    return (
+        str(entry.get("driver") or ""),
+        str(entry.get("pool") or ""),
+        str(entry.get("device") or ""),
+        str(entry.get("shareID") or ""),
+    )
+
+
 def semantic_errors(kind: Kind, obj: Mapping[str, Any]) -> list[str]:
     """The Go validation rules dralet relies on that schemas cannot express."""
     metadata = obj.get("metadata") or {}
@@ -65,6 +76,15 @@ def semantic_errors(kind: Kind, obj: Mapping[str, Any]) -> list[str]:
         status = obj.get("status") or {}
         if status.get("reservedFor") and not status.get("allocation"):
             problems.append("status.reservedFor: may not be specified when `allocated` is not set")
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        allocated = {device_status_key(r) for r in results}
+        for index, entry in enumerate(status.get("devices") or []):
+            # pkg/apis/resource/validation validateDeviceStatus (1.37)
+            if device_status_key(entry) not in allocated:
+                problems.append(
+                    f"status.devices[{index}]: Invalid value: must be an allocated device in "
+                    "the claim"
+                )
         for request in (spec.get("devices") or {}).get("requests") or []:
             mode = (request.get("exactly") or {}).get("allocationMode")
             if mode not in (None, "ExactCount", "All"):

@@ -176,6 +176,14 @@ def _driver_options(
     help="Seconds a claim must look stale before it is unprepared.",
 )
 @click.option(
+    "--write-device-status/--no-write-device-status",
+    default=_default(DriverSettings, "write_device_status"),
+    show_default=True,
+    help="Write each prepared device's entry of the claim's status.devices (a Ready "
+    "condition, or the backend's conditions, data and network data); needs the chart's "
+    "deviceStatus RBAC.",
+)
+@click.option(
     "--max-parallel-claims",
     type=click.IntRange(min=1),
     default=_default(DriverSettings, "max_parallel_claims"),
@@ -217,6 +225,7 @@ def command(
     health_port: int | None,
     metrics_port: int | None,
     stale_claim_grace: float,
+    write_device_status: bool,
     max_parallel_claims: int,
     shutdown_grace: float,
     log_format: str,
@@ -235,6 +244,7 @@ def command(
             health_port=health_port,
             metrics_port=metrics_port,
             stale_claim_grace=stale_claim_grace,
+            write_device_status=write_device_status,
             max_parallel_claims=max_parallel_claims,
             shutdown_grace=shutdown_grace,
             **{name: value for name, value in paths.items() if value is not None},

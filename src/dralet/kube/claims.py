@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dralet import errors
@@ -79,6 +79,39 @@ class ClaimClient:
     async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
         """Remove ``finalizer``; True also when the claim with this UID is already gone."""
         await self._change_finalizers(namespace, name, uid, finalizer, add=False)
+        return True
+
+    async def apply_device_status(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        driver: str,
+        devices: Sequence[Mapping[str, Any]],
+    ) -> bool:
+        """Server-side apply of this driver's ``status.devices`` entries, with the driver
+        name as field manager: the API keys the list by driver, pool, device and shareID,
+        so the entries of other drivers (other managers) stay, and an empty list removes
+        only this driver's. The UID in the body keeps the write off a recreated claim."""
+        resource = await self._resource()
+        body = {
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "status": {"devices": [dict(d) for d in devices]},
+        }
+        try:
+            await self.client.apply(
+                resource, body, namespace=namespace, subresource="status", field_manager=driver
+            )
+        except status.ApiError as error:
+            # A recreated claim: the server refuses the body's UID as a change of an
+            # immutable field (422); a 409 is a conflict of the same claim.
+            if error.not_found or error.conflict or error.code == 422:
+                current = await self.get_claim(namespace, name)
+                if current is None or (current.get("metadata") or {}).get("uid") != uid:
+                    return False
+            raise
         return True
 
     async def _change_finalizers(

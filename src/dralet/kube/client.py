@@ -263,15 +263,18 @@ class KubeClient:
         *,
         namespace: str | None = None,
         force: bool = True,
+        subresource: str = "",
+        field_manager: str = "",
     ) -> JSONObject:
-        """Server-side apply of ``body`` (which names the object) as the settings' manager."""
+        """Server-side apply of ``body`` (which names the object) as ``field_manager``
+        (default: the settings' manager)."""
         name = str(body["metadata"]["name"])
-        query = [("fieldManager", self.settings.field_manager)]
+        query = [("fieldManager", field_manager or self.settings.field_manager)]
         if force:
             query.append(("force", "true"))
         return await self.request(
             "PATCH",
-            resource.path(namespace=namespace, name=name),
+            resource.path(namespace=namespace, name=name, subresource=subresource),
             body=dict(body),
             content_type=APPLY_PATCH,
             query=query,

@@ -35,7 +35,9 @@ __all__ = [
     "DeviceBackend",
     "DeviceConfig",
     "DeviceHealth",
+    "DeviceStatus",
     "HealthStatus",
+    "NetworkData",
     "PartialPrepareError",
     "PreparedDevice",
     "Version",
@@ -123,6 +125,31 @@ class ClaimAllocation:
 
 
 @dataclass(frozen=True)
+class NetworkData:
+    """A network device's identity in the pod, for the claim's ``status.devices``."""
+
+    interface_name: str = ""
+    ips: Sequence[str] = ()
+    """Addresses in CIDR notation (``10.9.8.7/24``), at most 16."""
+    hardware_address: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    """What a prepared device reports in the claim's ``status.devices`` entry when the
+    driver writes device status (``DriverSettings.write_device_status``).
+
+    ``conditions``: ``metav1.Condition`` dicts (``type``, ``status``, ``reason``,
+    ``message``; the time is filled in when missing), at most 8. Without any, the entry
+    gets a ``Ready`` condition that is True. ``data``: driver-specific JSON, at most 10 KiB.
+    """
+
+    conditions: Sequence[Mapping[str, Any]] = ()
+    data: Mapping[str, Any] | None = None
+    network: NetworkData | None = None
+
+
+@dataclass(frozen=True)
 class PreparedDevice:
     """What a backend returns for a prepared device.
 
@@ -131,11 +158,14 @@ class PreparedDevice:
     ``more_edits``: further CDI devices the container gets for this device (a control
     node beside the device node, say), each under its own CDI id
     ``<claim UID>-<device>-<n>`` (n = 1, 2, …) next to the device's own.
+    ``status``: what the claim's ``status.devices`` entry for this device says, when the
+    driver writes device status; None gives the default ``Ready`` entry.
     """
 
     edits: ContainerEdits
     state: Mapping[str, Any] = field(default_factory=dict)
     more_edits: Sequence[ContainerEdits] = ()
+    status: DeviceStatus | None = None
 
 
 class PartialPrepareError(Exception):

@@ -67,6 +67,11 @@ class DriverSettings:
     """TCP port for Prometheus metrics; None disables it."""
     metrics_host: str = "0.0.0.0"  # noqa: S104 - a DaemonSet exposes metrics on the pod IP
     """Address the metrics and health servers bind to."""
+    write_device_status: bool = False
+    """Write each prepared device's entry of the claim's ``status.devices`` (conditions,
+    data, network data: ``PreparedDevice.status``) and remove it at unprepare. Best
+    effort: a failed write is logged and counted, never fails the claim. Needs RBAC on
+    ``resourceclaims/status`` (and, from Kubernetes 1.36, ``resourceclaims/driver``)."""
     backend_state_dir: Path | None = None
     """The backend's own state dir, if any: checked at start and swept of temp files
     ``dralet.atomic_write`` left behind."""

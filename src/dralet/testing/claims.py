@@ -82,6 +82,8 @@ class MemoryClaims:
         """Every call the driver made, in order (``"get ns/name"``, ``"add-finalizer ..."``)."""
         self.fail_finalizer_removal = False
         """Set: ``remove_finalizer`` raises ``ConnectionError``, as an unreachable server."""
+        self.fail_device_status = False
+        """Set: ``apply_device_status`` raises ``ConnectionError``."""
 
     def add(self, claim: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of ``claim`` (replacing one of the same name); the stored object."""
@@ -149,4 +151,27 @@ class MemoryClaims:
             fins.remove(finalizer)
         if not fins and obj["metadata"].get("deletionTimestamp"):
             del self.objects[(namespace, name)]
+        return True
+
+    async def apply_device_status(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        driver: str,
+        devices: Sequence[Mapping[str, Any]],
+    ) -> bool:
+        """Replace ``driver``'s entries of ``status.devices`` with ``devices`` (other
+        drivers' stay, as with the API server's server-side apply); False if gone."""
+        self.calls.append(f"device-status {namespace}/{name} {len(devices)}")
+        if self.fail_device_status:
+            raise ConnectionError("API server unreachable")
+        obj = self.objects.get((namespace, name))
+        if obj is None or obj["metadata"]["uid"] != uid:
+            return False
+        status = obj.setdefault("status", {})
+        kept = [d for d in status.get("devices") or [] if d.get("driver") != driver]
+        status["devices"] = kept + [copy.deepcopy(dict(d)) for d in devices]
+        if not status["devices"]:
+            del status["devices"]
         return True

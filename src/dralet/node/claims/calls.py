@@ -20,7 +20,7 @@ from dralet.node.backend import (
     DeviceConfig,
     PreparedDevice,
 )
-from dralet.node.claims.source import ClaimSource
+from dralet.node.claims.source import ClaimSource, DeviceStatusWriter
 from dralet.node.invoke import AnyBackend, Invoker, normalize
 
 __all__ = ["Calls", "allocated", "claim_allocation"]
@@ -141,6 +141,17 @@ class Calls:
             )
         failpoints.hit(FP_API_REMOVE_FINALIZER_AFTER)
         return removed
+
+    async def apply_device_status(
+        self, ref: ClaimRef, driver: str, entries: Sequence[Mapping[str, Any]]
+    ) -> bool:
+        """This driver's ``status.devices`` entries of the claim (``[]`` removes them)."""
+        if not isinstance(self.claims, DeviceStatusWriter):
+            raise TypeError(f"{type(self.claims).__name__} cannot write claim device status")
+        async with self._api:
+            return await self.claims.apply_device_status(
+                ref.namespace, ref.name, ref.uid, driver, entries
+            )
 
     async def prepare_claim(
         self, ref: ClaimRef, devices: Sequence[DeviceRecord]

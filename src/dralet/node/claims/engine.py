@@ -32,7 +32,12 @@ from dralet.node.claims.calls import Calls
 from dralet.node.claims.execute import Steps
 from dralet.node.claims.fairness import FairSlots
 from dralet.node.claims.observe import ClaimView, Mode, read_boot_id
-from dralet.node.claims.source import ClaimSource, NoClaimSource, finalizer_name
+from dralet.node.claims.source import (
+    ClaimSource,
+    DeviceStatusWriter,
+    NoClaimSource,
+    finalizer_name,
+)
 from dralet.node.claims.store import RecordStore
 from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.node.settings import DriverSettings
@@ -69,6 +74,15 @@ class ClaimEngine:
         metrics: DriverMetrics | None = None,
     ) -> None:
         self.settings = settings
+        if (
+            settings.write_device_status
+            and claims is not None
+            and not isinstance(claims, DeviceStatusWriter)
+        ):
+            raise ValueError(
+                f"write_device_status: {type(claims).__name__} cannot write claim status "
+                "(it has no apply_device_status)"
+            )
         invoker = normalize(backend, timeout=settings.backend_call_timeout)
         self.metrics = metrics or DriverMetrics()
         self.store = RecordStore(settings, boot_id=read_boot_id(settings), metrics=self.metrics)

@@ -34,7 +34,7 @@ from dralet.node.backend import (
     PartialPrepareError,
     PreparedDevice,
 )
-from dralet.node.claims import source
+from dralet.node.claims import devicestatus, source
 from dralet.node.claims.calls import Calls, allocated, result_fields
 from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.store import RecordStore, now_stamp
@@ -169,6 +169,8 @@ class Steps:
             completed = await self.store.put(
                 record.with_state(ClaimState.PREPARE_COMPLETED, cdi_spec=document)
             )
+            if self.settings.write_device_status:
+                await self._write_device_status(ref, completed.devices, results, claim)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -203,6 +205,39 @@ class Steps:
             },
         )
         return completed
+
+    async def _write_device_status(
+        self,
+        ref: ClaimRef,
+        devices: Sequence[DeviceRecord],
+        results: Sequence[PreparedDevice],
+        claim: Mapping[str, Any] | None,
+    ) -> None:
+        """Best effort: the claim is prepared whatever becomes of its status."""
+        driver = self.settings.driver_name
+        try:
+            entries = devicestatus.entries(driver, devices, results, claim=claim)
+        except devicestatus.DeviceStatusError as error:
+            self.metrics.device_status_writes.labels(result="refused").inc()
+            log.warning("device status not written: %s", error, extra={"claim_uid": ref.uid})
+            return
+        await self._apply_device_status(ref, entries)
+
+    async def _apply_device_status(self, ref: ClaimRef, entries: list[dict[str, Any]]) -> None:
+        try:
+            await self.calls.apply_device_status(ref, self.settings.driver_name, entries)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - status is advisory; the claim goes on
+            self.metrics.device_status_writes.labels(result="failed").inc()
+            log.warning(
+                "could not %s device status: %s",
+                "write" if entries else "remove",
+                exc,
+                extra={"claim_uid": ref.uid},
+            )
+            return
+        self.metrics.device_status_writes.labels(result="ok").inc()
 
     async def _record_intent(self, ref: ClaimRef, devices: tuple[DeviceRecord, ...]) -> ClaimRecord:
         # Intent first: the record says the finalizer may be on the claim before it is
@@ -352,6 +387,8 @@ class Steps:
             await self._release(record)
             failpoints.hit(FP_AFTER_RELEASE)
         if record.finalizer_added:
+            if self.settings.write_device_status:
+                await self._apply_device_status(ref, [])
             try:
                 removed = await self.calls.remove_finalizer(ref)
             except asyncio.CancelledError:

@@ -8,15 +8,16 @@ the one the kubelet meant and is allocated to this driver on this node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from dralet import errors
 from dralet.node.backend import AllocatedDevice, ClaimRef, ConfigSource, DeviceConfig
 
 __all__ = [
     "ClaimSource",
+    "DeviceStatusWriter",
     "EventSink",
     "NoClaimSource",
     "Staleness",
@@ -55,6 +56,24 @@ class ClaimSource(Protocol):
 
     async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
         """Remove ``finalizer``; True also when the claim (with this UID) is already gone."""
+        ...
+
+
+@runtime_checkable
+class DeviceStatusWriter(Protocol):
+    """A ``ClaimSource`` that can also write the claim's ``status.devices`` entries of
+    one driver (``DriverSettings.write_device_status``)."""
+
+    async def apply_device_status(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        driver: str,
+        devices: Sequence[Mapping[str, Any]],
+    ) -> bool:
+        """Make ``devices`` this driver's entries of the claim with this UID (an empty
+        list removes them), leaving other drivers' alone; False if that claim is gone."""
         ...
 
 
