@@ -65,6 +65,7 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "ResourceClaimTemplate": ("resource.k8s.io", "resourceclaimtemplates", True),
     "ResourceSlice": ("resource.k8s.io", "resourceslices", False),
     "DeviceClass": ("resource.k8s.io", "deviceclasses", False),
+    "DeviceTaintRule": ("resource.k8s.io", "devicetaintrules", False),
     "ClusterRole": ("rbac.authorization.k8s.io", "clusterroles", False),
     "ClusterRoleBinding": ("rbac.authorization.k8s.io", "clusterrolebindings", False),
     "Role": ("rbac.authorization.k8s.io", "roles", True),
@@ -305,5 +306,5 @@ class ClusterApi:
         for namespace in self._namespaces - {"default", "dralet"}:
             self.delete("Namespace", namespace)
         self._namespaces = {"default", "dralet"}
-        for kind in ("ResourceSlice", "DeviceClass", "Node"):
+        for kind in ("ResourceSlice", "DeviceClass", "DeviceTaintRule", "Node"):
             self.request("DELETE", self.path(kind))

@@ -6,7 +6,7 @@ per-device node selection; and the same inputs on 1.35, where these gates are of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -79,6 +79,19 @@ def taint(key: str, effect: str, value: str | None = None) -> Object:
     if value is not None:
         out["value"] = value
     return out
+
+
+def rule(name: str, selector: Object | None, taint_: Object) -> Object:
+    """A DeviceTaintRule (v1, 1.37); ``selector`` None leaves out deviceSelector."""
+    spec: Object = {"taint": taint_}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 COUNTER_SLICE = slice_("counters", [], counters={"gpu-0": {"memory": "8Gi"}}, count=2)
@@ -195,6 +208,79 @@ CASES = [
         ],
         [["gpu-0"]],
         release="1.35",
+    ),
+    # --- DeviceTaintRules ----------------------------------------------------------------
+    Case(
+        "taint-rule-keeps-its-device-from-untolerating-requests",
+        [
+            dclass(),
+            slice_("s", [dev("gpu-0"), dev("gpu-1")]),
+            rule("drain-gpu-0", {"device": "gpu-0"}, taint("drain", "NoSchedule")),
+            claim("one", req()),
+            claim("two", req()),
+        ],
+        [["gpu-1"], "unschedulable"],
+    ),
+    Case(
+        "taint-rule-by-driver-and-pool-taints-the-pool",
+        [
+            dclass(),
+            slice_("s", [dev("gpu-0"), dev("gpu-1")]),
+            rule("maintenance", {"driver": DRIVER, "pool": "pool-a"}, taint("m", "NoExecute")),
+            claim("c", req()),
+        ],
+        ["unschedulable"],
+    ),
+    Case(
+        "taint-rule-of-another-pool-taints-nothing-here",
+        [
+            dclass(),
+            slice_("s", [dev("gpu-0")]),
+            rule("elsewhere", {"pool": "pool-b"}, taint("m", "NoExecute")),
+            claim("c", req()),
+        ],
+        [["gpu-0"]],
+    ),
+    Case(
+        "taint-rule-empty-selector-taints-every-device",
+        [
+            dclass(),
+            slice_("s", [dev("gpu-0")]),
+            rule("all", {}, taint("m", "NoSchedule")),
+            claim("c", req()),
+        ],
+        ["unschedulable"],
+    ),
+    Case(
+        "taint-rule-without-selector-taints-nothing",
+        [
+            dclass(),
+            slice_("s", [dev("gpu-0")]),
+            rule("none", None, taint("m", "NoSchedule")),
+            claim("c", req()),
+        ],
+        [["gpu-0"]],
+    ),
+    Case(
+        "taint-rule-tolerated",
+        [
+            dclass(),
+            slice_("s", [dev("gpu-0")]),
+            rule("all", {}, taint("m", "NoSchedule", "x")),
+            claim("c", {**req(), "tolerations": [{"key": "m", "operator": "Equal", "value": "x"}]}),
+        ],
+        [["gpu-0"]],
+    ),
+    Case(
+        "taint-rule-off-by-default-in-1.36",
+        [
+            dclass(),
+            slice_("s", [dev("gpu-0")]),
+            rule("all", {}, taint("m", "NoSchedule")),
+            claim("c", req()),
+        ],
+        [["gpu-0"]],
+        release="1.36",
     ),
     # --- consumable capacity -----------------------------------------------------------
     Case(
@@ -443,4 +529,27 @@ def test_binds_to_node_pins_the_claim_to_the_node() -> None:
 
 def test_features_follow_the_release() -> None:
     assert Features.for_release("1.35") == Features()
-    assert Features.for_release("1.36") == Features.all_on() == Features.for_release("1.37")
+    assert Features.for_release("1.36") == replace(Features.all_on(), device_taint_rules=False)
+    assert Features.for_release("1.37") == Features.all_on()
+
+
+def test_explain_names_the_rule_behind_a_taint() -> None:
+    objects = [
+        dclass(),
+        slice_("s", [dev("gpu-0")]),
+        rule("drain-gpu-0", {"device": "gpu-0"}, taint("drain", "NoSchedule")),
+        claim("c", req()),
+    ]
+    settings = allocator.AllocatorSettings(features=Features.for_release("1.37"))
+    report = simulation.simulate(
+        manifests.decode_objects(objects),
+        node_name=None,
+        explain=True,
+        settings=simulation.SimulationSettings(allocator=settings),
+    )
+    (outcome,) = report.outcomes
+    (on_node,) = outcome.explanations
+    reasons = [r.reason for r in on_node.rejections]
+    assert any("tainted drain:NoSchedule (DeviceTaintRule drain-gpu-0)" in r for r in reasons), (
+        reasons
+    )

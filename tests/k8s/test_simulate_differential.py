@@ -180,7 +180,17 @@ def feature_scenario(seed: int) -> dict[str, Any]:
             spec["constraints"] = [{"requests": ["gpus"], "distinctAttribute": f"{DRIVER}/gpu"}]
         pods.append((f"p{p}", [(f"p{p}-c0", spec)]))
     counters = [{"name": f"gpu-{g}", "counters": {"memory": {"value": "8Gi"}}} for g in range(gpus)]
-    return {"devices": devices, "pods": pods, "counters": counters}
+    # DeviceTaintRules (GA, on in 1.37) from a generator of their own, so the scenarios
+    # above stay as they were. NoSchedule only: the eviction controller acts on NoExecute.
+    rules_rng = random.Random(f"rules-{seed}")
+    rules = []
+    if rules_rng.random() < 0.6:
+        device = rules_rng.choice([d["name"] for d in devices])
+        value = rules_rng.choice(("a", "b"))
+        rules.append(
+            {"device": device, "taint": {"key": TAINT_KEY, "value": value, "effect": "NoSchedule"}}
+        )
+    return {"devices": devices, "pods": pods, "counters": counters, "rules": rules}
 
 
 def _selector_memory(amount: str) -> list[dict[str, Any]]:
@@ -287,7 +297,19 @@ def objects(name: str, node: str, scenario: dict[str, Any]) -> dict[str, list[di
                 },
             }
         )
-    return {"slices": slices, "claims": claims, "pods": pods}
+    rules = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": f"{node}-rule-{i}"},
+            "spec": {
+                "deviceSelector": {"driver": DRIVER, "pool": node, "device": rule["device"]},
+                "taint": rule["taint"],
+            },
+        }
+        for i, rule in enumerate(scenario.get("rules") or ())
+    ]
+    return {"slices": slices, "rules": rules, "claims": claims, "pods": pods}
 
 
 def _class() -> dict[str, Any]:
@@ -368,7 +390,9 @@ def simulate_verdicts(
 ) -> tuple[dict[str, bool], dict[str, Picked | None]]:
     path = tmp_path / "state.yaml"
     path.write_text(
-        yaml.safe_dump_all([_class(), *parts["slices"], *parts["claims"], *parts["pods"]])
+        yaml.safe_dump_all(
+            [_class(), *parts["slices"], *parts["rules"], *parts["claims"], *parts["pods"]]
+        )
     )
     out = subprocess.run(
         [
@@ -427,11 +451,18 @@ async def test_simulate_agrees_with_kube_scheduler(
     )
     disagreements: list[str] = []
     pods = claims_compared = unschedulable = 0
-    features = {"shares": 0, "partitions": 0, "tainted": 0, "refused-feature-pods": 0}
+    features = {
+        "shares": 0,
+        "partitions": 0,
+        "tainted": 0,
+        "refused-feature-pods": 0,
+        "taint-rules": 0,
+    }
     every = [objects(name, node, s) for (name, s), node in zip(scenarios, heartbeats, strict=True)]
     for parts in every:
-        for obj in [*parts["slices"], *parts["claims"]]:
+        for obj in [*parts["slices"], *parts["rules"], *parts["claims"]]:
             k8s_api.create(obj)
+        features["taint-rules"] += len(parts["rules"])
     # The scheduler must see every slice before the first pod: a verdict made before its
     # informer has a node's slice would be "unschedulable" for want of devices.
     await asyncio.sleep(SCHEDULER_CACHE_GRACE)
@@ -465,7 +496,8 @@ async def test_simulate_agrees_with_kube_scheduler(
             f"({unschedulable} unschedulable), {claims_compared} allocations compared, "
             f"{len(disagreements)} disagreements; 1.36+ scenarios: {features['shares']} shares, "
             f"{features['partitions']} partitions, {features['tainted']} devices that may be "
-            f"tainted, {features['refused-feature-pods']} pods refused"
+            f"tainted, {features['refused-feature-pods']} pods refused, "
+            f"{features['taint-rules']} DeviceTaintRules"
         )
     assert disagreements == []
     assert 0 < unschedulable < pods, "the scenarios exercise both verdicts"

@@ -671,7 +671,8 @@ class _Search:
                 continue
             if not any(t.tolerates(taint) for t in alternative.sub.tolerations):
                 shown = f"{taint.key}={taint.value}" if taint.value else taint.key
-                return f"tainted {shown}:{taint.effect}, not tolerated by the request"
+                source = f" (DeviceTaintRule {taint.rule})" if taint.rule else ""
+                return f"tainted {shown}:{taint.effect}{source}, not tolerated by the request"
         return None
 
     def _reserve_counters(self, candidate: pools.Candidate) -> tuple[bool, str | None]:

@@ -4,7 +4,8 @@ Owns the feature-gate facts the allocator depends on, per release. Source:
 k8s.io/kubernetes v1.37.2 pkg/features/kube_features.go — DRAPartitionableDevices
 (alpha 1.33, beta and on 1.36), DRADeviceTaints (alpha 1.33, beta and on 1.36, GA
 1.37), DRAConsumableCapacity (alpha 1.34, beta and on 1.36), DRADeviceBindingConditions
-(alpha 1.34, beta and on 1.36). Alpha gates are off by default, so a dry run for 1.35
+(alpha 1.34, beta and on 1.36), DRADeviceTaintRules (alpha 1.35, beta but off 1.36, GA
+and on 1.37). Alpha gates are off by default, so a dry run for 1.35
 or older behaves as if these features did not exist.
 """
 
@@ -19,6 +20,7 @@ _ON_FROM = {
     "device_taints": 36,
     "consumable_capacity": 36,
     "binding_conditions": 36,
+    "device_taint_rules": 37,
 }
 
 
@@ -34,6 +36,8 @@ class Features:
     """``allowMultipleAllocations``, capacity requests and ``distinctAttribute``."""
     binding_conditions: bool = False
     """Devices with binding conditions are allocatable (searched last)."""
+    device_taint_rules: bool = False
+    """DeviceTaintRules add their taints to the devices they select."""
 
     @classmethod
     def for_release(cls, kubernetes_version: str) -> Features:

@@ -51,6 +51,7 @@ class Inputs:
     """Pods, and one per replica of a workload's pod template, that use claims."""
     templates: frozenset[str] = frozenset()
     """Keys (``namespace/name``) of the entries of ``claims`` that are templates."""
+    taint_rules: tuple[model.DeviceTaintRule, ...] = ()
     ignored: tuple[str, ...] = ()
     """``Kind/name`` of objects that play no part in allocation (Pods, ConfigMaps, ...)."""
 
@@ -494,6 +495,35 @@ def decode_claim(obj: Mapping[str, Any]) -> model.ResourceClaim:
     )
 
 
+def decode_taint_rule(obj: Mapping[str, Any]) -> model.DeviceTaintRule:
+    """A DeviceTaintRule (v1beta2, v1): its selector's driver, pool, device and its taint."""
+    _version(obj)
+    name = _name(obj)
+    where = f"DeviceTaintRule {name}"
+    spec = _mapping(obj.get("spec"), f"{where}: spec")
+    taint = _mapping(spec.get("taint"), f"{where}: spec.taint")
+    selector = spec.get("deviceSelector")
+    chosen = _mapping(selector, f"{where}: spec.deviceSelector")
+
+    def field_(key: str) -> str | None:
+        value = chosen.get(key)
+        return None if value is None else str(value)
+
+    return model.DeviceTaintRule(
+        name=name,
+        taint=model.DeviceTaint(
+            key=str(taint.get("key", "")),
+            effect=str(taint.get("effect", "")),
+            value=str(taint.get("value") or ""),
+            rule=name,
+        ),
+        has_selector=selector is not None,
+        driver=field_("driver"),
+        pool=field_("pool"),
+        device=field_("device"),
+    )
+
+
 def decode_node(obj: Mapping[str, Any]) -> model.Node:
     """A core/v1 Node as node selectors see it."""
     labels = _mapping(_mapping(obj.get("metadata"), "metadata").get("labels"), "metadata.labels")
@@ -506,6 +536,7 @@ _DECODERS = {
     "ResourceClaim": "claims",
     "ResourceClaimTemplate": "claims",
     "Node": "nodes",
+    "DeviceTaintRule": "taint_rules",
 }
 
 
@@ -583,7 +614,13 @@ def _flatten(objects: Iterable[Any]) -> Iterable[Mapping[str, Any]]:
 
 def decode_objects(objects: Iterable[Any]) -> Inputs:
     """Sort a stream of manifests (``List`` kinds unpacked) into allocator inputs."""
-    found: dict[str, list[Any]] = {"slices": [], "classes": [], "claims": [], "nodes": []}
+    found: dict[str, list[Any]] = {
+        "slices": [],
+        "classes": [],
+        "claims": [],
+        "nodes": [],
+        "taint_rules": [],
+    }
     ignored: list[str] = []
     pods: list[model.Pod] = []
     templates: set[str] = set()
@@ -608,6 +645,8 @@ def decode_objects(objects: Iterable[Any]) -> Inputs:
             found[bucket].append(claim)
             if kind == "ResourceClaimTemplate":
                 templates.add(claim.key)
+        elif bucket == "taint_rules":
+            found[bucket].append(decode_taint_rule(obj))
         else:
             found[bucket].append(decode_node(obj))
     return Inputs(
@@ -618,4 +657,5 @@ def decode_objects(objects: Iterable[Any]) -> Inputs:
         pods=tuple(pods),
         templates=frozenset(templates),
         ignored=tuple(ignored),
+        taint_rules=tuple(found["taint_rules"]),
     )

@@ -112,6 +112,31 @@ class DeviceTaint:
     key: str
     effect: str
     value: str = ""
+    rule: str = ""
+    """The DeviceTaintRule that put the taint on the device; empty for the slice's own."""
+
+
+@dataclass(frozen=True)
+class DeviceTaintRule:
+    """A DeviceTaintRule (``resource.k8s.io``, GA in 1.37): its taint on every device the
+    selector matches. Each of driver, pool and device narrows the match when set; an
+    empty selector matches every device and a rule without one matches none
+    (k8s.io/api resource/v1 types.go DeviceTaintSelector)."""
+
+    name: str
+    taint: DeviceTaint
+    has_selector: bool
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+
+    def matches(self, driver: str, pool: str, device: str) -> bool:
+        return (
+            self.has_selector
+            and self.driver in (None, driver)
+            and self.pool in (None, pool)
+            and self.device in (None, device)
+        )
 
 
 @dataclass(frozen=True)

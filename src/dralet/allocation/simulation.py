@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from dralet.allocation import allocator, cel, manifests, model, nodes, pools
+from dralet.allocation import allocator, cel, manifests, model, nodes, pools, taintrules
 from dralet.allocation.inuse import InUse
 
 __all__ = [
@@ -124,9 +124,11 @@ class _Run:
         engine: cel.CelEngine,
         settings: SimulationSettings,
     ) -> None:
-        self.inventory = pools.Inventory(
-            inputs.slices, partitionable=settings.allocator.features.partitionable_devices
-        )
+        features = settings.allocator.features
+        slices = inputs.slices
+        if features.device_taints and features.device_taint_rules:
+            slices = taintrules.apply(slices, inputs.taint_rules)
+        self.inventory = pools.Inventory(slices, partitionable=features.partitionable_devices)
         self.nodes = _nodes(inputs, self.inventory, node_name)
         self.allocator = allocator.Allocator(
             inputs.classes, engine=engine, settings=settings.allocator
