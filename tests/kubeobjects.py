@@ -33,3 +33,21 @@ def allocation(*, driver: str, pool: str, device: str) -> dict[str, Any]:
         },
         "reservedFor": [{"resource": "pods", "name": "pod-a", "uid": "pod-uid-a"}],
     }
+
+
+def ready_status(driver: str, pool: str, device: str) -> dict[str, Any]:
+    """A claim's ``status.devices`` entry as a driver writes it after a prepare."""
+    return {
+        "driver": driver,
+        "pool": pool,
+        "device": device,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Prepared",
+                "message": "",
+                "lastTransitionTime": "2026-12-04T00:00:00Z",
+            }
+        ],
+    }

@@ -26,6 +26,7 @@ from tests.k8s.test_admission_policies import (
 )
 from tests.k8sapi import KUBERNETES_VERSION, ClusterApi, driver_account, driver_identity
 from tests.kubefixtures import K8S_TIMEOUT
+from tests.kubeobjects import ready_status
 
 pytestmark = [pytest.mark.k8s, K8S_TIMEOUT]
 
@@ -118,28 +119,11 @@ def allocated_on(api: ClusterApi, node: str, name: str) -> dict[str, Any]:
     api.patch(
         "ResourceClaim",
         name,
-        {"status": {"devices": [entry(OTHER, node, "nic-0")]}},
+        {"status": {"devices": [ready_status(OTHER, node, "nic-0")]}},
         namespace="default",
         subresource="status",
     )
     return claim
-
-
-def entry(driver: str, pool: str, device: str) -> dict[str, Any]:
-    return {
-        "driver": driver,
-        "pool": pool,
-        "device": device,
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Prepared",
-                "message": "",
-                "lastTransitionTime": "2026-12-04T00:00:00Z",
-            }
-        ],
-    }
 
 
 def status_entries(api: ClusterApi, name: str) -> list[tuple[str, str]]:
@@ -165,7 +149,7 @@ async def test_the_driver_pod_writes_and_removes_its_devices_status_only(
         async with await as_driver_on(api, "node-a", "status-writer-a") as client:
             claims = kube.ClaimClient(client)
             assert await claims.apply_device_status(
-                "default", "status-a", uid, DRIVER, [entry(DRIVER, "node-a", "gpu-0")]
+                "default", "status-a", uid, DRIVER, [ready_status(DRIVER, "node-a", "gpu-0")]
             )
             assert status_entries(api, "status-a") == [(OTHER, "nic-0"), (DRIVER, "gpu-0")]
             assert await claims.apply_device_status("default", "status-a", uid, DRIVER, [])
@@ -195,8 +179,8 @@ async def test_the_driver_pod_writes_and_removes_its_devices_status_only(
 
         # The pod on node-b is refused node-a's claim by the server (associated-node).
         writer_b = AsToken(api, pod_bound_token(api, "node-b", "status-raw-b"))
-        mine = entry(DRIVER, "node-a", "gpu-0")
-        other = entry(OTHER, "node-a", "nic-0")
+        mine = ready_status(DRIVER, "node-a", "gpu-0")
+        other = ready_status(OTHER, "node-a", "nic-0")
         code, text = writer_b.send("PATCH", path, {"status": {"devices": [other, mine]}})
         assert code == 422, text
         assert "cannot arbitrary-node:patch" in text

@@ -15,7 +15,7 @@ from dralet import kube
 from dralet.apiserver import ApiServer
 from dralet.metrics import DriverMetrics
 from dralet.node import claims
-from tests.kubeobjects import allocation, claim
+from tests.kubeobjects import allocation, claim, ready_status
 
 FINALIZER = claims.finalizer_name("gpu.example.com")
 
@@ -243,23 +243,6 @@ async def test_adding_the_finalizer_to_a_claim_just_read_reads_it_no_more(
     assert sorted(_finalizers(apiserver)) == sorted([FINALIZER, "other/f"])
 
 
-def _ready(driver: str, device: str) -> dict[str, Any]:
-    return {
-        "driver": driver,
-        "pool": "node-a",
-        "device": device,
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Prepared",
-                "message": "",
-                "lastTransitionTime": "2026-12-04T00:00:00Z",
-            }
-        ],
-    }
-
-
 @pytest.mark.stand_in_only(
     "the chart's identity needs deviceStatus RBAC and a node-bound token: "
     "tests/k8s/test_device_status.py checks it on the real server"
@@ -277,10 +260,18 @@ async def test_device_status_apply_keeps_other_drivers_entries(
     )
     gpu = kube.ClaimClient(client)
     assert await gpu.apply_device_status(
-        "default", "c1", uid, "net.example.com", [_ready("net.example.com", "nic-0")]
+        "default",
+        "c1",
+        uid,
+        "net.example.com",
+        [ready_status("net.example.com", "node-a", "nic-0")],
     )
     assert await gpu.apply_device_status(
-        "default", "c1", uid, "gpu.example.com", [_ready("gpu.example.com", "gpu-0")]
+        "default",
+        "c1",
+        uid,
+        "gpu.example.com",
+        [ready_status("gpu.example.com", "node-a", "gpu-0")],
     )
 
     def entries() -> list[tuple[str, str]]:
@@ -293,7 +284,11 @@ async def test_device_status_apply_keeps_other_drivers_entries(
     assert entries() == [("net.example.com", "nic-0")]
     with pytest.raises(kube.ApiError, match="must be an allocated device"):
         await gpu.apply_device_status(
-            "default", "c1", uid, "gpu.example.com", [_ready("gpu.example.com", "gpu-9")]
+            "default",
+            "c1",
+            uid,
+            "gpu.example.com",
+            [ready_status("gpu.example.com", "node-a", "gpu-9")],
         )
     assert not await gpu.apply_device_status("default", "c1", "another-uid", "gpu.example.com", [])
     assert not await gpu.apply_device_status("default", "gone", uid, "gpu.example.com", [])
