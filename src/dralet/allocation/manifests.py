@@ -160,11 +160,7 @@ def _device(raw: Any, *, driver: str, nested: bool, path: str) -> model.Device:
         capacity_policies=policies,
         allow_multiple_allocations=bool(source.get("allowMultipleAllocations")),
         taints=tuple(
-            model.DeviceTaint(
-                key=str(_mapping(t, f"{path}.taints[{i}]").get("key", "")),
-                effect=str(t.get("effect", "")),
-                value=str(t.get("value") or ""),
-            )
+            _taint(t, f"{path}.taints[{i}]")
             for i, t in enumerate(_list(source.get("taints"), f"{path}.taints"))
         ),
         consumes_counters=tuple(
@@ -182,6 +178,17 @@ def _device(raw: Any, *, driver: str, nested: bool, path: str) -> model.Device:
         node_name=str(source["nodeName"]) if source.get("nodeName") else None,
         node_selector=_node_selector(source.get("nodeSelector"), f"{path}.nodeSelector"),
         all_nodes=bool(source.get("allNodes")),
+    )
+
+
+def _taint(value: Any, path: str, *, rule: str = "") -> model.DeviceTaint:
+    """A device's taint, or a DeviceTaintRule's (``rule``: the rule's name)."""
+    fields_ = _mapping(value, path)
+    return model.DeviceTaint(
+        key=str(fields_.get("key", "")),
+        effect=str(fields_.get("effect", "")),
+        value=str(fields_.get("value") or ""),
+        rule=rule,
     )
 
 
@@ -501,7 +508,6 @@ def decode_taint_rule(obj: Mapping[str, Any]) -> model.DeviceTaintRule:
     name = _name(obj)
     where = f"DeviceTaintRule {name}"
     spec = _mapping(obj.get("spec"), f"{where}: spec")
-    taint = _mapping(spec.get("taint"), f"{where}: spec.taint")
     selector = spec.get("deviceSelector")
     chosen = _mapping(selector, f"{where}: spec.deviceSelector")
 
@@ -511,12 +517,7 @@ def decode_taint_rule(obj: Mapping[str, Any]) -> model.DeviceTaintRule:
 
     return model.DeviceTaintRule(
         name=name,
-        taint=model.DeviceTaint(
-            key=str(taint.get("key", "")),
-            effect=str(taint.get("effect", "")),
-            value=str(taint.get("value") or ""),
-            rule=name,
-        ),
+        taint=_taint(spec.get("taint"), f"{where}: spec.taint", rule=name),
         has_selector=selector is not None,
         driver=field_("driver"),
         pool=field_("pool"),

@@ -386,20 +386,19 @@ def _counter_set_findings(counter_sets: Any, *, shape: ApiShape) -> Iterator[Fin
             Anchor.KEY,
         )
     per_set = shape.counters_per_set_max
-    for index, counter_set in enumerate(counter_sets):
-        counters = counter_set.get("counters") if isinstance(counter_set, dict) else None
-        if per_set is not None and isinstance(counters, dict) and len(counters) > per_set:
-            yield Finding(
-                "DRA013",
-                ("spec", "sharedCounters", index, "counters"),
-                f"{len(counters)} counters: must have at most {per_set} per counter set",
-                Anchor.KEY,
-            )
     seen: set[str] = set()
     for index, counter_set in enumerate(counter_sets):
         if not isinstance(counter_set, dict):
             continue
         path: Path = ("spec", "sharedCounters", index)
+        counters = counter_set.get("counters")
+        if per_set is not None and isinstance(counters, dict) and len(counters) > per_set:
+            yield Finding(
+                "DRA013",
+                (*path, "counters"),
+                f"{len(counters)} counters: must have at most {per_set} per counter set",
+                Anchor.KEY,
+            )
         name = counter_set.get("name")
         if isinstance(name, str):
             problem = kubenames.dns_label_problem(name)
@@ -408,7 +407,7 @@ def _counter_set_findings(counter_sets: Any, *, shape: ApiShape) -> Iterator[Fin
             if name in seen:
                 yield Finding("DRA016", (*path, "name"), f"duplicate counter set name {name!r}")
             seen.add(name)
-        yield from _counter_names_findings(counter_set.get("counters"), path=(*path, "counters"))
+        yield from _counter_names_findings(counters, path=(*path, "counters"))
 
 
 _LIST_VALUE_KEYS = ("strings", "ints", "bools", "versions")

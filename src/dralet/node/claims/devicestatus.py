@@ -93,15 +93,16 @@ def _entry(
     if device.share_id:
         entry["shareID"] = device.share_id
     entry["conditions"] = _conditions(status, generation, now)
-    if status is not None and status.data is not None:
+    if status is None:
+        return entry
+    if status.data is not None:
         size = len(json.dumps(status.data, separators=(",", ":")).encode())
         if size > MAX_DATA_BYTES:
             raise DeviceStatusError(f"data of {size} bytes: at most {MAX_DATA_BYTES}")
         entry["data"] = dict(status.data)
-    if status is not None:
-        network = _network(status)
-        if network:
-            entry["networkData"] = network
+    network = _network(status)
+    if network:
+        entry["networkData"] = network
     return entry
 
 
