@@ -27,6 +27,7 @@ from tests.allocation.test_allocation_cases import (
 from tests.upstream_agreement import Verdict, record
 
 from dralet.allocation import allocator, manifests, simulation
+from dralet.allocation.features import Features
 
 Object = dict[str, Any]
 TABLE = "allocator allocator_testing.go"
@@ -307,6 +308,325 @@ CASES = [
         ("error", "no such key"),
     ),
 ]
+
+
+STRING_ATTRIBUTE = f"{DRIVER}/stringAttribute"
+INT_ATTRIBUTE = f"{DRIVER}/numa"
+BOOL_ATTRIBUTE = f"{DRIVER}/boolAttribute"
+VERSION_ATTRIBUTE = f"{DRIVER}/driverVersion"
+NUMA_NODE = "resource.kubernetes.io/numaNode"
+LISTS_ON = allocator.AllocatorSettings(features=Features(list_type_attributes=True))
+LISTS_AND_SHARING_ON = allocator.AllocatorSettings(
+    features=Features(list_type_attributes=True, consumable_capacity=True)
+)
+DRIVER_SELECTOR = f'device.driver == "{DRIVER}"'
+
+
+def valued(name: str, attribute: str, value: Object) -> Object:
+    """A device with one attribute given in API form (``{"strings": [...]}``, ...)."""
+    return {"name": name, "attributes": {attribute.rpartition("/")[2]: value}, "capacity": {}}
+
+
+def distinct(attribute: str) -> Object:
+    return {"distinctAttribute": attribute}
+
+
+def _list_case(
+    name: str,
+    attribute: str,
+    values: list[Object],
+    count: int,
+    expected: Any,
+    *,
+    constraint: str = "match",
+    settings: allocator.AllocatorSettings = LISTS_ON,
+) -> Case:
+    """One of upstream's DRAListTypeAttributes cases: devices device-1.. with one attribute
+    each, one request for ``count`` of them under a matchAttribute or distinctAttribute."""
+    devices = [valued(f"device-{i}", attribute, v) for i, v in enumerate(values, start=1)]
+    if attribute == NUMA_NODE:
+        devices = [{**d, "attributes": {NUMA_NODE: values[i]}} for i, d in enumerate(devices)]
+    rule = match(attribute) if constraint == "match" else distinct(attribute)
+    if isinstance(expected, list):
+        expected = {"c": [("r", "pool-1", f"device-{i}") for i in expected]}
+    return Case(
+        name,
+        [
+            dclass("gpu", DRIVER_SELECTOR),
+            rslice("s1", devices, node="node-1", pool="pool-1"),
+            claim("c", req(count=count), constraints=[rule]),
+        ],
+        expected,
+        settings=settings,
+    )
+
+
+def _strings(*values: str) -> Object:
+    return {"strings": list(values)}
+
+
+def _string(value: str) -> Object:
+    return {"string": value}
+
+
+LIST_CASES = [
+    _list_case(
+        "list-attributes-match-constaint-scalar-string-values",
+        STRING_ATTRIBUTE,
+        [_string("value1"), _string("value1")],
+        2,
+        [1, 2],
+    ),
+    _list_case(
+        "list-attributes-match-constaint-list-of-string-values-with-common-elements",
+        STRING_ATTRIBUTE,
+        [_strings("value1", "value2", "value3"), _strings("value2", "value3", "value4")],
+        2,
+        [1, 2],
+    ),
+    _list_case(
+        "list-attributes-match-constaint-list-of-string-values-with-partially-common-elements",
+        STRING_ATTRIBUTE,
+        [_strings("value1", "value2"), _strings("value2", "value3"), _strings("value3", "value1")],
+        3,
+        UNSCHEDULABLE,
+    ),
+    _list_case(
+        "list-attributes-match-constraint-backtrack-needs-intersection-restore",
+        STRING_ATTRIBUTE,
+        [_strings("value1", "value2"), _strings("value1"), _strings("value2"), _strings("value2")],
+        3,
+        [1, 3, 4],
+    ),
+    _list_case(
+        "list-attributes-match-constaint-mixed-scalar-and-list-of-string-values-with-common-elements",
+        STRING_ATTRIBUTE,
+        [_string("value1"), _strings("value1", "value2")],
+        2,
+        [1, 2],
+    ),
+    _list_case(
+        "list-attributes-match-constaint-mixed-scalar-and-list-of-string-values-with-partially-common-elements",
+        STRING_ATTRIBUTE,
+        [_string("value1"), _strings("value1", "value2"), _strings("value2", "value3")],
+        3,
+        UNSCHEDULABLE,
+    ),
+    _list_case(
+        "list-attributes-match-constaint-mixed-scalar-and-list-of-string-values-without-common-elements",
+        STRING_ATTRIBUTE,
+        [_string("value1"), _strings("value2", "value3")],
+        2,
+        UNSCHEDULABLE,
+    ),
+    _list_case(
+        "list-attributes-match-constaint-list-of-int-values-with-common-elements",
+        INT_ATTRIBUTE,
+        [{"ints": [0, 1, 2]}, {"ints": [1, 2, 3]}],
+        2,
+        [1, 2],
+    ),
+    _list_case(
+        "numanode-matchattribute-overlapping-lists-are-co-placed",
+        NUMA_NODE,
+        [{"ints": [4]}, {"ints": [4, 5, 6, 7]}],
+        2,
+        [1, 2],
+    ),
+    _list_case(
+        "numanode-matchattribute-disjoint-lists-are-not-allocated",
+        NUMA_NODE,
+        [{"ints": [0]}, {"ints": [4, 5, 6, 7]}],
+        2,
+        UNSCHEDULABLE,
+    ),
+    _list_case(
+        "list-attributes-match-constaint-list-of-bool-values-with-common-elements",
+        BOOL_ATTRIBUTE,
+        [{"bools": [True, False]}, {"bools": [True]}],
+        2,
+        [1, 2],
+    ),
+    _list_case(
+        "list-attributes-match-constaint-list-of-version-values-with-common-elements",
+        VERSION_ATTRIBUTE,
+        [{"versions": ["1.0.0", "1.1.0", "2.0.0"]}, {"versions": ["1.1.0", "2.0.0", "2.1.0"]}],
+        2,
+        [1, 2],
+    ),
+    _list_case(
+        "list-attributes-match-constaint-with-empty-or-unknown-type",
+        STRING_ATTRIBUTE,
+        [{}, {"strings": []}],
+        2,
+        ("error", "unsupported attribute value"),
+    ),
+    _list_case(
+        "list-attributes-disabled-match-constraint-with-lists",
+        STRING_ATTRIBUTE,
+        [_strings("value1", "value2", "value3"), _strings("value2", "value3", "value4")],
+        2,
+        UNSCHEDULABLE,
+        settings=allocator.AllocatorSettings(),
+    ),
+    _list_case(
+        "list-attributes-distinct-constraint-scalar-string-values-all-distinct",
+        STRING_ATTRIBUTE,
+        [_string("value1"), _string("value2")],
+        2,
+        [1, 2],
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-distinct-constraint-scalar-string-values-not-distinct",
+        STRING_ATTRIBUTE,
+        [_string("value1"), _string("value1")],
+        2,
+        UNSCHEDULABLE,
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-distinct-constraint-single-request-count-3-not-distinct",
+        STRING_ATTRIBUTE,
+        [_string("value1"), _string("value2"), _string("value1")],
+        3,
+        UNSCHEDULABLE,
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-distinct-constraint-single-request-count-3-all-distinct",
+        STRING_ATTRIBUTE,
+        [_string("value1"), _string("value2"), _string("value3")],
+        3,
+        [1, 2, 3],
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-distinct-constraint-list-of-string-values-all-distinct",
+        STRING_ATTRIBUTE,
+        [_strings("value1", "value2"), _strings("value2", "value3"), _strings("value3", "value4")],
+        2,
+        [1, 3],
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-distinct-constraint-list-of-string-values-with-common-elements",
+        STRING_ATTRIBUTE,
+        [_strings("value1", "value2", "value3"), _strings("value2", "value4", "value5")],
+        2,
+        UNSCHEDULABLE,
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-distinct-constraint-mixed-scalar-and-list-all-distinct",
+        STRING_ATTRIBUTE,
+        [_string("value1"), _strings("value1", "value2"), _strings("value2", "value3")],
+        2,
+        [1, 3],
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-distinct-constraint-mixed-scalar-and-list-with-common-elements",
+        STRING_ATTRIBUTE,
+        [_string("value1"), _strings("value1", "value2")],
+        2,
+        UNSCHEDULABLE,
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-distinct-constraint-list-of-int-values-all-distinct",
+        INT_ATTRIBUTE,
+        [{"ints": [0, 1]}, {"ints": [1, 2]}, {"ints": [2, 3]}],
+        2,
+        [1, 3],
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-distinct-constraint-list-of-bool-values-all-distinct",
+        BOOL_ATTRIBUTE,
+        [{"bools": [True]}, {"bools": [True, False]}, {"bools": [False]}],
+        2,
+        [1, 3],
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-distinct-constraint-list-of-version-values-all-distinct",
+        VERSION_ATTRIBUTE,
+        [
+            {"versions": ["1.0.0", "1.1.0"]},
+            {"versions": ["1.1.0", "2.0.0"]},
+            {"versions": ["2.0.0", "2.1.0"]},
+        ],
+        2,
+        [1, 3],
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-distinct-constaint-with-empty-or-unknown-type",
+        VERSION_ATTRIBUTE,
+        [{"versions": []}, {}],
+        2,
+        ("error", "unsupported attribute value"),
+        constraint="distinct",
+        settings=LISTS_AND_SHARING_ON,
+    ),
+    _list_case(
+        "list-attributes-disabled-distinct-constraint-with-lists",
+        STRING_ATTRIBUTE,
+        [_strings("value1", "value2", "value3"), _strings("value2", "value3", "value4")],
+        2,
+        UNSCHEDULABLE,
+        constraint="distinct",
+        settings=allocator.AllocatorSettings(features=Features(consumable_capacity=True)),
+    ),
+    Case(
+        "list-attributes-distinct-constraint-backtrack-needs-remove",
+        [
+            dclass("gpu", DRIVER_SELECTOR),
+            rslice(
+                "s1",
+                [
+                    valued("device-1", STRING_ATTRIBUTE, _strings("value1", "value2", "value3")),
+                    valued("device-2", STRING_ATTRIBUTE, _strings("value3", "value4", "value5")),
+                    valued("device-3", STRING_ATTRIBUTE, _strings("value1", "value2")),
+                    valued("device-4", STRING_ATTRIBUTE, _strings("value3", "value4")),
+                    valued("device-0", STRING_ATTRIBUTE, _strings("value5", "value6")),
+                ],
+                node="node-1",
+                pool="pool-1",
+            ),
+            claim(
+                "c",
+                req("req-0"),
+                req("req-1"),
+                req("req-2"),
+                constraints=[
+                    {**distinct(STRING_ATTRIBUTE), "requests": ["req-0", "req-1", "req-2"]}
+                ],
+            ),
+        ],
+        {
+            "c": [
+                ("req-0", "pool-1", "device-3"),
+                ("req-1", "pool-1", "device-4"),
+                ("req-2", "pool-1", "device-0"),
+            ]
+        },
+        settings=LISTS_AND_SHARING_ON,
+    ),
+]
+CASES += LIST_CASES
 
 
 def _decide(case: Case) -> Any:

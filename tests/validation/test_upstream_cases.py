@@ -128,6 +128,9 @@ class Case:
     upstream: str
     """VALID or INVALID: the API server's verdict."""
     deliberate: str = ""
+    lists: bool = False
+    """Run with DRAListTypeAttributes on (``-k 1.37 --feature-gate ...``); upstream's table
+    validates without dropping gated fields, which is what the gate being on means."""
     """Why dralet disagrees on purpose, if it does."""
 
 
@@ -508,19 +511,160 @@ CLASS_CASES = [
     ),
 ]
 
+ADVANCED_DEVICES_MAX = 64
+"""ResourceSliceMaxDevicesWithAdvancedFeatures: list attributes count as advanced (1.36)."""
+ATTRIBUTE_VALUES_MAX = 48
+
+
+def _list_attribute(name: str, value: Object, *, devices: int) -> Callable[[Object], None]:
+    """Give the first ``devices`` devices the list attribute ``name``."""
+
+    def change(obj: Object) -> None:
+        for device in obj["spec"]["devices"][:devices]:
+            device["attributes"][name] = copy.deepcopy(value)
+
+    return change
+
+
+def _only_attributes(index: int, attributes: Object) -> Callable[[Object], None]:
+    def change(obj: Object) -> None:
+        device = obj["spec"]["devices"][index]
+        device["attributes"] = attributes
+        device.pop("capacity", None)
+
+    return change
+
+
+def _values_up_to(total: int) -> Object:
+    """maxStringAttributeValuesInList: 31 string-list attributes holding ``total`` values."""
+    keys = ATTRIBUTES_AND_CAPACITIES - 1
+    first = total - (ATTRIBUTES_AND_CAPACITIES - 2)
+    return {f"list_attr_{i}": {"strings": ["x"] * (first if i == 0 else 1)} for i in range(keys)}
+
+
+def _attribute_values_slice() -> Object:
+    extras: list[Object | None] = [
+        None,
+        {"int": 1},
+        {"bool": True},
+        {"string": "x"},
+        {"version": "1.0.0"},
+        {"ints": [1]},
+        {"bools": [True]},
+        {"strings": ["extra"]},
+        {"versions": ["1.0.0"]},
+    ]
+    obj = slice_(devices=14)
+    for index, extra in enumerate(extras):
+        attributes = _values_up_to(ATTRIBUTE_VALUES_MAX)
+        if extra is not None:
+            attributes["extra_attr"] = extra
+        _only_attributes(index, attributes)(obj)
+    mixed = {
+        "strings": ["x"] * (ATTRIBUTE_VALUES_MAX - 2),
+        "ints": [1],
+        "bools": [True],
+        "versions": ["1.0.0"],
+    }
+    _only_attributes(9, {"mixed_list_attrs": mixed})(obj)
+    for index, extra in enumerate(
+        (
+            {"bools": [True, False]},
+            {"ints": [1, 2]},
+            {"strings": ["a", "b"]},
+            {"versions": ["1.0.0", "1.0.1"]},
+        ),
+        start=10,
+    ):
+        attributes = _values_up_to(ATTRIBUTE_VALUES_MAX - 1)
+        attributes["extra_attr"] = extra
+        _only_attributes(index, attributes)(obj)
+    return obj
+
+
+def _bad_list_attribute_slice() -> Object:
+    obj = slice_(devices=8)
+    too_long = "x" * 65
+    bad = [
+        {"ints": [1], "bools": [True]},
+        {"ints": [1], "bools": [True], "strings": []},
+        {"strings": [too_long]},
+        {"versions": [too_long]},
+        {"bools": []},
+        {"ints": []},
+        {"strings": []},
+        {"versions": []},
+    ]
+    for index, value in enumerate(bad):
+        _set(f"spec.devices.{index}.attributes", {GOOD: value})(obj)
+    return obj
+
+
+def _good_list_attribute_slice() -> Object:
+    obj = slice_(devices=4)
+    values = [{"bools": [True]}, {"ints": [1]}, {"strings": ["x"]}, {"versions": ["1.2.3"]}]
+    for index, value in enumerate(values):
+        _set(f"spec.devices.{index}.attributes", {GOOD: value})(obj)
+    return obj
+
+
+LIST_VALUES = {
+    "int": {"ints": [1, 2, 3]},
+    "bool": {"bools": [True, False, True]},
+    "string": {"strings": ["a", "b", "c"]},
+    "version": {"versions": ["1.0.0", "2.0.0", "3.0.0"]},
+}
+LIST_SLICE_CASES = [
+    Case("good-list-attribute", _good_list_attribute_slice(), VALID, lists=True),
+    Case("bad-list-attribute", _bad_list_attribute_slice(), INVALID, lists=True),
+    *(
+        Case(
+            f"max-devices-with-list-of-{kind}-attributes",
+            with_(
+                slice_(devices=ADVANCED_DEVICES_MAX),
+                _list_attribute(f"{kind}s", value, devices=ADVANCED_DEVICES_MAX),
+            ),
+            VALID,
+            lists=True,
+        )
+        for kind, value in LIST_VALUES.items()
+    ),
+    *(
+        Case(
+            f"too-many-devices-with-list-of-{kind}-attributes",
+            with_(
+                slice_(devices=ADVANCED_DEVICES_MAX + 1),
+                _list_attribute(f"{kind}s", value, devices=1),
+            ),
+            INVALID,
+            lists=True,
+        )
+        for kind, value in LIST_VALUES.items()
+    ),
+    Case("max-attribute-values-with-list", _attribute_values_slice(), INVALID, lists=True),
+    Case(
+        "max-attribute-values-with-list/device-0-alone",
+        with_(slice_(), _only_attributes(0, _values_up_to(ATTRIBUTE_VALUES_MAX))),
+        VALID,
+        lists=True,
+    ),
+]
+SLICE_CASES += LIST_SLICE_CASES
+
 TABLES = [(SLICE, case) for case in SLICE_CASES] + [(CLASS, case) for case in CLASS_CASES]
 
 
-def _verdict(obj: Object) -> tuple[str, list[str]]:
+def _verdict(obj: Object, *, lists: bool = False) -> tuple[str, list[str]]:
     text = yaml.safe_dump(obj, sort_keys=False)
-    report = engine.validate_sources([Source("case.yaml", text)], target=Target("1.35"))
+    target = Target("1.37", list_type_attributes=True) if lists else Target("1.35")
+    report = engine.validate_sources([Source("case.yaml", text)], target=target)
     errors = [f"{d.rule} {d.message}" for d in report.diagnostics if d.severity is Severity.ERROR]
     return (INVALID if errors else VALID), errors
 
 
 @pytest.mark.parametrize(("table", "case"), TABLES, ids=[f"{t}/{c.name}" for t, c in TABLES])
 def test_upstream_case(table: str, case: Case) -> None:
-    ours, errors = _verdict(case.obj)
+    ours, errors = _verdict(case.obj, lists=case.lists)
     agrees = ours == case.upstream
     record(Verdict(f"validation {table}", case.name, agrees, case.deliberate))
     if case.deliberate:

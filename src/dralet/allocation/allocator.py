@@ -98,8 +98,33 @@ class NodeAllocation:
         return self.allocations is not None
 
 
-def _attribute(candidate: pools.Candidate, qualified: str) -> tuple[str, Any] | None:
-    """The (type, value) of a fully qualified attribute on a device, if it has it."""
+_LIST_KINDS = {"strings": "string", "ints": "int", "bools": "bool", "versions": "version"}
+"""List-type attribute values (DRAListTypeAttributes) and the scalar kind of their items."""
+_LIST_GATE_HINT = "list values are compared only with the DRAListTypeAttributes feature gate"
+
+
+@dataclass(frozen=True)
+class _AttributeValue:
+    """A device's value of one attribute, as constraints compare it."""
+
+    kind: str
+    """The scalar kind: string, int, bool or version."""
+    items: frozenset[Any]
+    """The value as a set: one item for a scalar, the distinct items of a list."""
+    listed: bool
+
+    def __str__(self) -> str:
+        if self.listed:
+            return f"{self.kind} list {sorted(self.items, key=str)!r}"
+        return f"{self.kind} {next(iter(self.items))!r}"
+
+    def common(self, other: _AttributeValue) -> frozenset[Any]:
+        """The items both hold (none when their kinds differ)."""
+        return self.items & other.items if self.kind == other.kind else frozenset()
+
+
+def _attribute(candidate: pools.Candidate, qualified: str) -> _AttributeValue | None:
+    """A device's value of a fully qualified attribute, if it has one."""
     attributes = candidate.device.attributes
     raw = attributes.get(qualified)
     if raw is None:
@@ -108,9 +133,13 @@ def _attribute(candidate: pools.Candidate, qualified: str) -> tuple[str, Any] | 
             raw = attributes.get(identifier)
     if raw is None:
         return None
+    for listed, kind in _LIST_KINDS.items():
+        values = raw.get(listed)
+        if isinstance(values, list):
+            return _AttributeValue(kind, frozenset(values), listed=True)
     for kind in ("string", "int", "bool", "version"):
         if raw.get(kind) is not None:
-            return kind, raw[kind]
+            return _AttributeValue(kind, frozenset((raw[kind],)), listed=False)
     return None
 
 
@@ -128,24 +157,32 @@ def _applies(requests: frozenset[str] | None, alternative: _Alternative) -> bool
 
 @dataclass
 class _DistinctAttribute:
-    """A distinctAttribute constraint: no two devices of its requests share the value."""
+    """A distinctAttribute constraint: no two devices of its requests share the value (with
+    list-type attributes: the devices' value sets are pairwise disjoint)."""
 
     attribute: str
     requests: frozenset[str] | None
-    values: list[tuple[str, Any]] = field(default_factory=list)
+    list_values: bool
+    """The DRAListTypeAttributes gate: values are compared as sets."""
+    values: list[_AttributeValue] = field(default_factory=list)
 
     def applies(self, alternative: _Alternative) -> bool:
         return _applies(self.requests, alternative)
 
     def add(self, candidate: pools.Candidate) -> str | None:
         found = _attribute(candidate, self.attribute)
+        name = f"constraint distinctAttribute {self.attribute}"
         if found is None:
-            return f"constraint distinctAttribute {self.attribute}: device has no such attribute"
-        if found in self.values:
-            return (
-                f"constraint distinctAttribute {self.attribute}: {found[0]} {found[1]!r} is "
-                "already taken by a device picked"
-            )
+            return f"{name}: device has no such attribute"
+        if self.list_values and not found.items:
+            return f"{name}: the device's {found} is empty"
+        if not self.list_values and found.listed and self.values:
+            return f"{name}: the device has a {found}; {_LIST_GATE_HINT}"
+        for taken in self.values:
+            if taken.listed and not self.list_values:
+                continue
+            if found.common(taken):
+                return f"{name}: {found} shares a value with {taken} of a device picked"
         self.values.append(found)
         return None
 
@@ -155,33 +192,39 @@ class _DistinctAttribute:
 
 @dataclass
 class _MatchAttribute:
-    """A matchAttribute constraint during one search: the first device fixes the value."""
+    """A matchAttribute constraint during one search: the first device fixes the value (with
+    list-type attributes: the devices' value sets keep a common element)."""
 
     attribute: str
     requests: frozenset[str] | None
-    value: tuple[str, Any] | None = None
-    devices: int = 0
+    list_values: bool
+    """The DRAListTypeAttributes gate: values are compared as sets."""
+    common: list[_AttributeValue] = field(default_factory=list)
+    """What the devices picked so far have in common, one entry per device (popped on remove)."""
 
     def applies(self, alternative: _Alternative) -> bool:
         return _applies(self.requests, alternative)
 
     def add(self, candidate: pools.Candidate) -> str | None:
         found = _attribute(candidate, self.attribute)
+        name = f"constraint matchAttribute {self.attribute}"
         if found is None:
-            return f"constraint matchAttribute {self.attribute}: device has no such attribute"
-        if self.value is not None and found != self.value:
-            return (
-                f"constraint matchAttribute {self.attribute}: {found[0]} {found[1]!r} differs "
-                f"from {self.value[0]} {self.value[1]!r} of the devices already picked"
-            )
-        self.value = found
-        self.devices += 1
+            return f"{name}: device has no such attribute"
+        if self.list_values and not found.items:
+            return f"{name}: the device's {found} is empty"
+        if self.common:
+            current = self.common[-1]
+            if not self.list_values and (found.listed or current.listed):
+                return f"{name}: {found} cannot be compared with {current}; {_LIST_GATE_HINT}"
+            shared = found.common(current)
+            if not shared:
+                return f"{name}: {found} differs from {current} of the devices already picked"
+            found = _AttributeValue(current.kind, shared, listed=current.listed or found.listed)
+        self.common.append(found)
         return None
 
     def remove(self) -> None:
-        self.devices -= 1
-        if self.devices == 0:
-            self.value = None
+        self.common.pop()
 
 
 @dataclass
@@ -329,16 +372,19 @@ class Allocator:
         if needed > self.settings.max_devices_per_claim:
             raise AllocationError(self._limit_message(claim, needed))
         constraints: list[_Constraint] = []
+        list_values = self.settings.features.list_type_attributes
         for index, constraint in enumerate(claim.constraints):
             requests_named = frozenset(constraint.requests) if constraint.requests else None
             if constraint.match_attribute is not None:
-                constraints.append(_MatchAttribute(constraint.match_attribute, requests_named))
+                constraints.append(
+                    _MatchAttribute(constraint.match_attribute, requests_named, list_values)
+                )
             elif (
                 constraint.distinct_attribute is not None
                 and self.settings.features.consumable_capacity
             ):
                 constraints.append(
-                    _DistinctAttribute(constraint.distinct_attribute, requests_named)
+                    _DistinctAttribute(constraint.distinct_attribute, requests_named, list_values)
                 )
             else:
                 raise AllocationError(

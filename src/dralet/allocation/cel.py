@@ -97,20 +97,36 @@ def _split_name(name: str, *, driver: str) -> tuple[str, str]:
     return (domain, identifier) if slash else (driver, name)
 
 
-def _attribute_value(name: str, value: Mapping[str, Any]) -> Any:
-    present = [key for key in ("int", "bool", "string", "version") if value.get(key) is not None]
-    if len(present) != 1:
-        raise ValueError(f"attribute {name}: unsupported attribute value")
-    kind = present[0]
+_SCALAR_KINDS = ("int", "bool", "string", "version")
+_LIST_KINDS = ("ints", "bools", "strings", "versions")
+"""List-type values (DRAListTypeAttributes): CEL sees a list of the scalar kind's values,
+whether or not the gate is on (k8s.io/dynamic-resource-allocation v0.37.2 cel/compile.go
+getAttributeValue)."""
+
+
+def _scalar_value(kind: str, value: Any) -> Any:
     if kind == "version":
-        text = str(value["version"])
+        text = str(value)
         semver.parse_version(text)
         return cel_types_pb2.Semver(text=text)
     if kind == "int":
-        return int(value["int"])
+        return int(value)
     if kind == "bool":
-        return bool(value["bool"])
-    return str(value["string"])
+        return bool(value)
+    return str(value)
+
+
+def _attribute_value(name: str, value: Mapping[str, Any]) -> Any:
+    present = [key for key in (*_SCALAR_KINDS, *_LIST_KINDS) if value.get(key) is not None]
+    if len(present) != 1:
+        raise ValueError(f"attribute {name}: unsupported attribute value")
+    kind = present[0]
+    if kind in _LIST_KINDS:
+        items = value[kind]
+        if not isinstance(items, list):
+            raise ValueError(f"attribute {name}: {kind} is not a list")
+        return [_scalar_value(kind[:-1], item) for item in items]
+    return _scalar_value(kind, value[kind])
 
 
 def _capacity_value(name: str, value: Any) -> cel_types_pb2.Quantity:
@@ -340,6 +356,38 @@ def _list_decls() -> list[cel.FunctionDecl]:
     ]
 
 
+def _includes(target: Any, item: Any) -> bool:
+    """``includes()``: a list holds the item, or a scalar equals it (k8s.io/apiserver
+    v0.37.2 pkg/cel/library/lists.go). Values of different CEL types are never equal."""
+    candidates = target if isinstance(target, list) else [target]
+    return any(_cel_equal(candidate, item) for candidate in candidates)
+
+
+def _cel_equal(a: Any, b: Any) -> bool:
+    """CEL equality of two values: numbers compare by value across int and double; bools
+    and other types only equal values of their own type."""
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers):
+        if isinstance(a, bool) or isinstance(b, bool):
+            return type(a) is type(b) and a == b
+        return a == b
+    return type(a) is type(b) and bool(a == b)
+
+
+def _includes_decls() -> list[cel.FunctionDecl]:
+    """Declared only where DRAListTypeAttributes is on: without it the API server and the
+    scheduler refuse ``includes`` as an undeclared reference."""
+    # The runtime dispatches on concrete kinds only (a dyn parameter matches nothing), so
+    # every receiver kind an attribute can have gets an overload per argument kind.
+    scalars = (cel.Type.INT, cel.Type.DOUBLE, cel.Type.BOOL, cel.Type.STRING, _SEMVER_TYPE)
+    overloads = [
+        _member("includes", cel.Type.BOOL, [receiver, item], _includes)
+        for receiver in (_LIST, *scalars)
+        for item in scalars
+    ]
+    return [cel.FunctionDecl("includes", overloads)]
+
+
 def _set_decls() -> list[cel.FunctionDecl]:
     boolean, lst = cel.Type.BOOL, _LIST
     return [
@@ -445,21 +493,24 @@ def _declare_device_type() -> None:
 
 
 @cache
-def _checking_environment() -> cel.Env:
-    """The environment selectors are type-checked in: ``device`` has its declared type.
-    Evaluation uses ``_environment`` (``device`` as dyn), which takes plain dicts."""
+def _checking_environment(list_type_attributes: bool) -> cel.Env:
+    """The environment selectors are type-checked in: ``device`` has its declared type,
+    and ``includes`` exists only with list-type attributes. Evaluation uses
+    ``_environment`` (``device`` as dyn), which takes plain dicts."""
     _declare_device_type()
-    return _new_environment(cel.Type(_DEVICE_TYPE_NAME))
+    return _new_environment(cel.Type(_DEVICE_TYPE_NAME), includes=list_type_attributes)
 
 
 @cache
 def _environment() -> cel.Env:
-    """The one CEL environment every selector is evaluated in (built on first use)."""
-    return _new_environment(cel.Type.DYN)
+    """The one CEL environment every selector is evaluated in (built on first use); what
+    it may run was decided by the type check."""
+    return _new_environment(cel.Type.DYN, includes=True)
 
 
-def _new_environment(device_type: cel.Type) -> cel.Env:
+def _new_environment(device_type: cel.Type, *, includes: bool) -> cel.Env:
     functions = [
+        *(_includes_decls() if includes else ()),
         *_comparison_decls(),
         *_quantity_decls(),
         *_semver_decls(),
@@ -497,7 +548,12 @@ def _compile_error(expression: str, error: Exception) -> CelCompileError:
 def _runtime_message(raw: object) -> str:
     text = _STATUS_PREFIX.sub("", str(raw))
     missing = _MISSING_KEY.match(text)
-    return f"no such key: {missing['key']}" if missing else text
+    if missing:
+        return f"no such key: {missing['key']}"
+    if text.endswith("<iter_range>"):
+        # A macro (exists, all, map, ...) over a scalar: say it as the scheduler does.
+        return "macro over a value that is not a list or map: expected iterable type"
+    return text
 
 
 class CompiledSelector:
@@ -540,9 +596,11 @@ class CompiledSelector:
 class CelEngine:
     """Compiles selector expressions in the DRA environment, each expression string once."""
 
-    def __init__(self, *, cache_compiled: bool = True) -> None:
+    def __init__(self, *, cache_compiled: bool = True, list_type_attributes: bool = False) -> None:
         self._cache: dict[str, CompiledSelector] = {}
         self._cache_compiled = cache_compiled
+        self._list_type_attributes = list_type_attributes
+        """The DRAListTypeAttributes gate: ``includes()`` may be used."""
 
     @property
     def caches_compiled(self) -> bool:
@@ -565,9 +623,15 @@ class CelEngine:
                 f"expression is too long ({len(expression)} > {MAX_EXPRESSION_LENGTH} characters)"
             )
         try:
-            checked = _checking_environment().compile(expression)
+            checked = _checking_environment(self._list_type_attributes).compile(expression)
         except RuntimeError as error:
-            raise _compile_error(expression, error) from None
+            failure = _compile_error(expression, error)
+            if not self._list_type_attributes and "reference to 'includes'" in failure.message:
+                failure = CelCompileError(
+                    f"{failure.message} (includes() needs the DRAListTypeAttributes feature gate)",
+                    column=failure.column,
+                )
+            raise failure from None
         environment = _environment()
         result_type = checked.return_type()
         if not any(result_type == accepted for accepted in _ACCEPTED_RESULT_TYPES):

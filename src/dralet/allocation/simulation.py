@@ -322,12 +322,14 @@ def simulate(
     settings: SimulationSettings | None = None,
 ) -> SimulationReport:
     """Allocate every unallocated claim of ``inputs`` in turn, as the scheduler would."""
+    settings = settings or SimulationSettings()
+    features = settings.allocator.features
     run = _Run(
         inputs,
         node_name=node_name,
         explain=explain,
-        engine=engine or cel.CelEngine(),
-        settings=settings or SimulationSettings(),
+        engine=engine or cel.CelEngine(list_type_attributes=features.list_type_attributes),
+        settings=settings,
     )
     by_key = {claim.key: claim for claim in inputs.claims}
     pod_outcomes: list[PodOutcome] = []

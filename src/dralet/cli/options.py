@@ -11,7 +11,7 @@ import click
 
 from dralet.cli import exits
 
-__all__ = ["NODE_NAME_ENV", "api_access", "driver", "output"]
+__all__ = ["NODE_NAME_ENV", "api_access", "driver", "feature_gates", "output"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -115,5 +115,28 @@ def output(*, default: str = "table", help: str | None = None) -> Callable[[F], 
         type=click.Choice(exits.OUTPUT_FORMATS),
         default=default,
         show_default=True,
+        help=help,
+    )
+
+
+def _gates(_ctx: click.Context, _param: click.Parameter, items: tuple[str, ...]) -> dict[str, bool]:
+    gates: dict[str, bool] = {}
+    for item in items:
+        gate, _, value = item.partition("=")
+        if value.lower() not in ("true", "false") or not gate:
+            raise click.BadParameter(f"expected GATE=true|false, got {item!r}")
+        gates[gate] = value.lower() == "true"
+    return gates
+
+
+def feature_gates(help: str) -> Callable[[F], F]:
+    """``--feature-gate GATE=true|false``, repeatable (parameter ``feature_gates``, a dict
+    of upstream gate names)."""
+    return click.option(
+        "--feature-gate",
+        "feature_gates",
+        multiple=True,
+        metavar="GATE=true|false",
+        callback=_gates,
         help=help,
     )

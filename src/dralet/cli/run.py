@@ -52,13 +52,6 @@ def _effect_name(effect: TaintEffect | None) -> str:
     return next(name for name, value in _TAINT_EFFECTS.items() if value == effect)
 
 
-def _gate(item: str) -> tuple[str, bool]:
-    gate, _, value = item.partition("=")
-    if value.lower() not in ("true", "false") or not gate:
-        raise click.BadParameter(f"expected GATE=true|false, got {item!r}")
-    return gate, value.lower() == "true"
-
-
 def _driver_options(
     driver_options: tuple[str, ...], gpus: int | None, prepare_delay: tuple[str, ...]
 ) -> dict[str, str]:
@@ -141,11 +134,7 @@ def _driver_options(
     show_default=True,
     help="Publish ResourceSlices for this node's devices.",
 )
-@click.option(
-    "--feature-gate",
-    "feature_gates",
-    multiple=True,
-    metavar="GATE=true|false",
+@options.feature_gates(
     help="A DRA feature gate the cluster sets differently from its release's default "
     "(e.g. DRADeviceTaints=true on 1.35); decides which optional device fields are published.",
 )
@@ -220,7 +209,7 @@ def command(
     in_cluster: bool,
     standalone: bool,
     publish: bool,
-    feature_gates: tuple[str, ...],
+    feature_gates: dict[str, bool],
     unhealthy_taint_effect: str,
     health_port: int | None,
     metrics_port: int | None,
@@ -262,7 +251,7 @@ def command(
         ),
         publish=publish,
         publishing=PublisherSettings(
-            feature_gates=dict(_gate(item) for item in feature_gates),
+            feature_gates=feature_gates,
             unhealthy_taint_effect=_TAINT_EFFECTS[unhealthy_taint_effect],
         ),
     )

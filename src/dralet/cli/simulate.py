@@ -21,8 +21,8 @@ import yaml
 
 from dralet import releases
 from dralet.allocation import allocator, manifests, model, simulation
-from dralet.allocation.features import Features
-from dralet.cli import exits
+from dralet.allocation.features import Features, UnknownGateError
+from dralet.cli import exits, options
 from dralet.kube import access
 
 __all__ = ["command"]
@@ -96,13 +96,19 @@ def _read_cluster(kubeconfig: Path | None, context: str | None) -> list[Any]:
         raise BadInput(f"reading the cluster: {error}") from None
 
 
-def _settings(kubernetes_version: str, *, admin_access: bool) -> simulation.SimulationSettings:
+def _settings(
+    kubernetes_version: str, *, admin_access: bool, gates: dict[str, bool]
+) -> simulation.SimulationSettings:
     major, minor = (int(part) for part in kubernetes_version.split("."))
+    try:
+        features = Features.for_release(kubernetes_version).with_gates(gates)
+    except UnknownGateError as error:
+        raise BadInput(f"--feature-gate: {error}") from None
     return simulation.SimulationSettings(
         allocator=allocator.AllocatorSettings(
             admin_access_enabled=admin_access,
             all_mode_needs_a_device=(major, minor) >= FIRST_VERSION_ALL_NEEDS_A_DEVICE,
-            features=Features.for_release(kubernetes_version),
+            features=features,
         )
     )
 
@@ -304,6 +310,11 @@ def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
     show_default=True,
     help="The DRAAdminAccess feature gate.",
 )
+@options.feature_gates(
+    help="A DRA scheduling gate the cluster sets differently from its release's default, "
+    "e.g. DRAListTypeAttributes=true (alpha: list attributes, includes() in CEL, set "
+    "semantics in matchAttribute and distinctAttribute).",
+)
 def command(
     paths: tuple[str, ...],
     slices: tuple[str, ...],
@@ -316,6 +327,7 @@ def command(
     output: str,
     kubernetes_version: str,
     admin_access: bool,
+    feature_gates: dict[str, bool],
     debug: bool,
 ) -> None:
     """Dry-run the scheduler's structured allocation for Pods and ResourceClaims.
@@ -327,6 +339,7 @@ def command(
     Pools and slices are searched in name order, so the result is repeatable; the
     scheduler may pick other, equivalent devices.
     """
+    settings = _settings(kubernetes_version, admin_access=admin_access, gates=feature_gates)
     documents = _documents([*paths, *slices, *classes, *claims])
     if kubeconfig is not None or kube_context is not None:
         documents.extend(_read_cluster(kubeconfig, kube_context))
@@ -340,7 +353,7 @@ def command(
         inputs,
         node_name=node,
         explain=explain,
-        settings=_settings(kubernetes_version, admin_access=admin_access),
+        settings=settings,
     )
     document = _document(report, explain=explain)
     if output == "json":

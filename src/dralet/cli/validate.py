@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from dralet.cli import exits
+from dralet.cli import exits, options
 from dralet.validation import catalog, engine, report
 from dralet.validation.diagnostics import Severity
 from dralet.validation.targets import (
@@ -21,6 +21,9 @@ from dralet.validation.targets import (
 )
 
 __all__ = ["command"]
+
+LIST_GATE = "DRAListTypeAttributes"
+"""The one gate validate takes; every other rule follows the target release's defaults."""
 
 
 @click.command(
@@ -44,6 +47,10 @@ __all__ = ["command"]
     show_default=True,
     help="Diagnostics as file:line:col lines with a summary, or as a JSON/YAML list.",
 )
+@options.feature_gates(
+    help=f"{LIST_GATE}=true: the cluster enables list-type attributes (alpha from 1.36): "
+    "ints/bools/strings/versions values and includes() in selectors are checked, not refused.",
+)
 @click.option("--strict", is_flag=True, help="Fail on warnings too.")
 @click.option("--explain", "explain_id", metavar="ID", help="Explain a rule and exit.")
 @click.option("--debug", is_flag=True, help="Show a traceback for an unexpected error.")
@@ -51,6 +58,7 @@ def command(
     paths: tuple[str, ...],
     kubernetes_version: str,
     output: str,
+    feature_gates: dict[str, bool],
     strict: bool,
     explain_id: str | None,
     debug: bool,
@@ -68,8 +76,15 @@ def command(
         return
     if not paths:
         raise click.UsageError("give at least one FILE, DIR or - (stdin)")
+    other = sorted(set(feature_gates) - {LIST_GATE})
+    if other:
+        raise exits.BadInput(
+            f"--feature-gate {other[0]}: validate takes only {LIST_GATE}; other gates follow "
+            f"Kubernetes {kubernetes_version}'s defaults"
+        )
+    target = Target(kubernetes_version, list_type_attributes=feature_gates.get(LIST_GATE, False))
     try:
-        result = engine.validate_paths(paths, target=Target(kubernetes_version), stdin=sys.stdin)
+        result = engine.validate_paths(paths, target=target, stdin=sys.stdin)
     except (OSError, UnicodeDecodeError) as error:
         raise exits.BadInput(f"reading the manifests: {error}") from None
     if output == "json":

@@ -154,7 +154,7 @@ def _request_findings(request: dict[str, Any], *, shape: ApiShape, path: Path) -
                 Anchor.KEY,
             )
         if isinstance(exactly, dict):
-            yield from _device_request_findings(exactly, path=(*path, "exactly"))
+            yield from _device_request_findings(exactly, shape=shape, path=(*path, "exactly"))
     elif first_available is not None:
         for field in _FLAT_REQUEST_FIELDS:
             if _is_set(request.get(field)):
@@ -165,12 +165,16 @@ def _request_findings(request: dict[str, Any], *, shape: ApiShape, path: Path) -
                     Anchor.KEY,
                 )
     else:
-        yield from _device_request_findings(request, path=path)
+        yield from _device_request_findings(request, shape=shape, path=path)
     if isinstance(first_available, list):
-        yield from _first_available_findings(first_available, path=(*path, "firstAvailable"))
+        yield from _first_available_findings(
+            first_available, shape=shape, path=(*path, "firstAvailable")
+        )
 
 
-def _first_available_findings(subrequests: list[Any], *, path: Path) -> Iterator[Finding]:
+def _first_available_findings(
+    subrequests: list[Any], *, shape: ApiShape, path: Path
+) -> Iterator[Finding]:
     if len(subrequests) > limits.FIRST_AVAILABLE_PER_REQUEST:
         yield _too_many("subrequests", len(subrequests), limits.FIRST_AVAILABLE_PER_REQUEST, path)
     seen: set[str] = set()
@@ -179,10 +183,12 @@ def _first_available_findings(subrequests: list[Any], *, path: Path) -> Iterator
             yield from _name_findings(
                 sub["name"], path=(*path, index, "name"), seen=seen, what="subrequest"
             )
-        yield from _device_request_findings(sub, path=(*path, index))
+        yield from _device_request_findings(sub, shape=shape, path=(*path, index))
 
 
-def _device_request_findings(request: dict[str, Any], *, path: Path) -> Iterator[Finding]:
+def _device_request_findings(
+    request: dict[str, Any], *, shape: ApiShape, path: Path
+) -> Iterator[Finding]:
     """Class, selectors, allocation mode and count of a request, exactly or subrequest."""
     class_name = request.get("deviceClassName")
     if not _is_set(class_name):
@@ -195,7 +201,9 @@ def _device_request_findings(request: dict[str, Any], *, path: Path) -> Iterator
             yield Finding(
                 "DRA012", (*path, "deviceClassName"), f"class name {class_name!r}: {problem}"
             )
-    yield from expressions.selector_findings(request.get("selectors"), path=(*path, "selectors"))
+    yield from expressions.selector_findings(
+        request.get("selectors"), path=(*path, "selectors"), lists=shape.list_attribute_values
+    )
     tolerations = request.get("tolerations")
     if isinstance(tolerations, list) and len(tolerations) > limits.TOLERATIONS_PER_REQUEST:
         yield _too_many(

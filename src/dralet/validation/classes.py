@@ -9,15 +9,18 @@ from typing import Any
 from dralet import kubenames
 from dralet.validation import expressions, opaque
 from dralet.validation.diagnostics import Finding
+from dralet.validation.targets import ApiShape
 
 __all__ = ["device_class_findings"]
 
 
-def device_class_findings(data: dict[str, Any]) -> Iterator[Finding]:
+def device_class_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[Finding]:
     spec = data.get("spec")
     if not isinstance(spec, dict):
         return
-    yield from expressions.selector_findings(spec.get("selectors"), path=("spec", "selectors"))
+    yield from expressions.selector_findings(
+        spec.get("selectors"), path=("spec", "selectors"), lists=shape.list_attribute_values
+    )
     yield from opaque.config_findings(spec.get("config"), path=("spec", "config"))
     name = spec.get("extendedResourceName")
     if isinstance(name, str):

@@ -221,7 +221,7 @@ class _Run:
         spec = obj.data.get("spec")
         key = (obj.namespace, obj.name)
         if obj.kind == "DeviceClass":
-            yield from classes.device_class_findings(obj.data)
+            yield from classes.device_class_findings(obj.data, shape=shape)
             selectors = spec.get("selectors") if isinstance(spec, dict) else None
             self.classes[obj.name] = (obj, expressions.selector_expressions(selectors))
         elif obj.kind == "ResourceSlice":

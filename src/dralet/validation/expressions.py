@@ -27,10 +27,11 @@ def cel_module() -> Any:
 
 
 @functools.cache
-def engine() -> cel.CelEngine:
-    """The one CEL engine of a run; it caches each compiled expression."""
+def engine(*, list_type_attributes: bool = False) -> cel.CelEngine:
+    """The CEL engine of a run (one per DRAListTypeAttributes setting); it caches each
+    compiled expression."""
     engine_class: type[cel.CelEngine] = cel_module().CelEngine
-    return engine_class()
+    return engine_class(list_type_attributes=list_type_attributes)
 
 
 def selector_expressions(selectors: Any) -> list[tuple[int, str]]:
@@ -45,8 +46,9 @@ def selector_expressions(selectors: Any) -> list[tuple[int, str]]:
     return out
 
 
-def selector_findings(selectors: Any, *, path: Path) -> Iterator[Finding]:
-    """Limits, the required ``cel`` field, length and compilation of one selector list."""
+def selector_findings(selectors: Any, *, path: Path, lists: bool) -> Iterator[Finding]:
+    """Limits, the required ``cel`` field, length and compilation of one selector list;
+    ``lists``: the target serves list-type attributes (``includes()``)."""
     if not isinstance(selectors, list):
         return
     if len(selectors) > limits.SELECTORS_PER_REQUEST_OR_CLASS:
@@ -82,7 +84,7 @@ def selector_findings(selectors: Any, *, path: Path) -> Iterator[Finding]:
             )
             continue
         try:
-            engine().compile(expression)
+            engine(list_type_attributes=lists).compile(expression)
         except cel.CelCompileError as error:
             at = "" if error.column is None else f" (expression column {error.column + 1})"
             yield Finding("DRA020", where, f"CEL {error.message}{at}", Anchor.TEXT)

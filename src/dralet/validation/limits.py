@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "ATTRIBUTES_AND_CAPACITIES_PER_DEVICE",
+    "ATTRIBUTE_VALUES_PER_DEVICE",
     "ATTRIBUTE_VALUE_MAX_LENGTH",
     "CONFIGS_PER_CLAIM_OR_CLASS",
     "CONSTRAINTS_PER_CLAIM",
@@ -33,5 +34,8 @@ ATTRIBUTES_AND_CAPACITIES_PER_DEVICE = 32
 """ResourceSliceMaxAttributesAndCapacitiesPerDevice."""
 ATTRIBUTE_VALUE_MAX_LENGTH = 64
 """DeviceAttributeMaxValueLength: string and version attribute values."""
+ATTRIBUTE_VALUES_PER_DEVICE = 48
+"""ResourceSliceMaxAttributeValuesPerDevice (k8s.io/api v0.37.2 resource/v1 types.go): every
+item of a list attribute counts, a scalar counts once."""
 OPAQUE_PARAMETERS_MAX_BYTES = 10 * 1024
 """OpaqueParametersMaxLength."""

@@ -58,7 +58,10 @@ class DeviceCatalog:
 
 def _compiled(selection: Selection) -> list[cel.CompiledSelector] | None:
     try:
-        return [expressions.engine().compile(e) for e, _ in selection.selectors]
+        # Lenient about includes(): a target without list attributes has already
+        # reported it as DRA020 where the expression is.
+        engine = expressions.engine(list_type_attributes=True)
+        return [engine.compile(e) for e, _ in selection.selectors]
     except expressions.cel_module().CelCompileError:
         return None  # reported as DRA020 where the expression is
 

@@ -250,7 +250,7 @@ def _device_findings(
         # kube-apiserver 1.37 accepts it (tests/k8s/test_validate_differential.py).
         return
     where = (*path, *inner)
-    yield from _values_findings(fields, path=where)
+    yield from _values_findings(fields, path=where, shape=shape)
     if shape.per_device_node_selection:
         chosen = _node_choice(fields, _NODE_FIELDS)
         if per_device and len(chosen) != 1:
@@ -281,7 +281,7 @@ def _device_findings(
         )
 
 
-def _values_findings(fields: dict[str, Any], *, path: Path) -> Iterator[Finding]:
+def _values_findings(fields: dict[str, Any], *, path: Path, shape: ApiShape) -> Iterator[Finding]:
     attributes = fields.get("attributes")
     capacity = fields.get("capacity")
     attributes = attributes if isinstance(attributes, dict) else {}
@@ -295,11 +295,23 @@ def _values_findings(fields: dict[str, Any], *, path: Path) -> Iterator[Finding]
             f"{limits.ATTRIBUTES_AND_CAPACITIES_PER_DEVICE} (has {total})",
             Anchor.KEY,
         )
+    lists = shape.list_attribute_values
+    values = sum(_value_count(v) for v in attributes.values())
+    if lists and values > limits.ATTRIBUTE_VALUES_PER_DEVICE:
+        yield Finding(
+            "DRA013",
+            path,
+            f"the total number of attribute values must not exceed "
+            f"{limits.ATTRIBUTE_VALUES_PER_DEVICE} (has {values}; each item of a list counts)",
+            Anchor.KEY,
+        )
     for name, value in attributes.items():
         where = (*path, "attributes", name)
         yield from _qualified_name_findings(name, where, "attribute")
         if isinstance(value, dict):
-            yield from _attribute_value_findings(name, value, where)
+            yield from _attribute_value_findings(
+                name, value, where, lists=lists, gated=shape.list_attribute_fields
+            )
     for name, value in capacity.items():
         where = (*path, "capacity", name)
         yield from _qualified_name_findings(name, where, "capacity")
@@ -315,32 +327,71 @@ def _qualified_name_findings(name: str, path: Path, what: str) -> Iterator[Findi
         yield Finding("DRA012", path, f"{what} name {name!r}: {problem}", Anchor.KEY)
 
 
-def _attribute_value_findings(name: str, value: dict[str, Any], path: Path) -> Iterator[Finding]:
-    present = [f for f in _ATTRIBUTE_VALUE_FIELDS if value.get(f) is not None]
+def _value_count(value: Any) -> int:
+    """Attribute values an attribute holds, as the per-device limit counts them."""
+    if not isinstance(value, dict):
+        return 1
+    items = [value[k] for k in _LIST_VALUE_KEYS if isinstance(value.get(k), list)]
+    return sum(len(i) for i in items) if any(items) else 1
+
+
+def _attribute_value_findings(
+    name: str, value: dict[str, Any], path: Path, *, lists: bool, gated: bool
+) -> Iterator[Finding]:
+    """``lists``: list values are served; ``gated``: the release has them behind a gate."""
+    kinds = (*_ATTRIBUTE_VALUE_FIELDS, *_LIST_VALUE_KEYS) if lists else _ATTRIBUTE_VALUE_FIELDS
+    present = [f for f in kinds if value.get(f) is not None]
     if len(present) != 1:
         extra = "" if not present else f", but {len(present)} are: {', '.join(present)}"
+        dropped = [k for k in _LIST_VALUE_KEYS if k in value] if gated and not lists else []
+        hint = (
+            f"; list values ({', '.join(dropped)}) need the DRAListTypeAttributes feature gate, "
+            "without it the API server drops them"
+            if dropped and not present
+            else ""
+        )
+        one_of = "int, bool, string or version" + (" or a list of one" if lists else "")
         yield Finding(
             "DRA014",
             path,
-            f"attribute {name!r}: exactly one value must be specified (int, bool, string or "
-            f"version){extra}",
+            f"attribute {name!r}: exactly one value must be specified ({one_of}){extra}{hint}",
             Anchor.KEY,
         )
         return
     field = present[0]
-    text = value[field]
-    if field in ("string", "version") and isinstance(text, str):
-        if len(text) > limits.ATTRIBUTE_VALUE_MAX_LENGTH:
-            yield Finding(
-                "DRA014",
-                (*path, field),
-                f"attribute {name!r}: {field} must be no more than "
-                f"{limits.ATTRIBUTE_VALUE_MAX_LENGTH} characters",
-            )
-        elif field == "version":
-            problem = formats.semver_problem(text)
-            if problem is not None:
-                yield Finding("DRA014", (*path, field), f"attribute {name!r}: {problem}")
+    if field in _LIST_VALUE_KEYS:
+        yield from _list_value_findings(name, field, value[field], path)
+    elif field in ("string", "version") and isinstance(value[field], str):
+        yield from _text_value_findings(name, field, value[field], (*path, field))
+
+
+def _text_value_findings(name: str, field: str, text: str, path: Path) -> Iterator[Finding]:
+    """A string or version value (alone or an item of a list): its length, and a version's
+    semver format."""
+    if len(text) > limits.ATTRIBUTE_VALUE_MAX_LENGTH:
+        yield Finding(
+            "DRA014",
+            path,
+            f"attribute {name!r}: {field} must be no more than "
+            f"{limits.ATTRIBUTE_VALUE_MAX_LENGTH} characters",
+        )
+    elif field == "version":
+        problem = formats.semver_problem(text)
+        if problem is not None:
+            yield Finding("DRA014", path, f"attribute {name!r}: {problem}")
+
+
+def _list_value_findings(name: str, field: str, items: Any, path: Path) -> Iterator[Finding]:
+    if not isinstance(items, list):
+        return
+    if not items:
+        yield Finding(
+            "DRA014", (*path, field), f"attribute {name!r}: {field} must not be empty if specified"
+        )
+    if field in ("strings", "versions"):
+        for index, item in enumerate(items):
+            if isinstance(item, str):
+                yield from _text_value_findings(name, field[:-1], item, (*path, field, index))
 
 
 def _taint_findings(taint: dict[str, Any], *, shape: ApiShape, path: Path) -> Iterator[Finding]:

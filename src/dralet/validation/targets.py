@@ -47,6 +47,10 @@ _ADVANCED_DEVICES_LIMIT_FROM = 35
 """ResourceSliceMaxDevicesWithTaintsOrConsumesCounters (1.35), renamed
 ResourceSliceMaxDevicesWithAdvancedFeatures in 1.36: 64 instead of 128."""
 _LIST_ATTRIBUTES_ADVANCED_FROM = 36
+_LIST_ATTRIBUTES_FROM = 36
+"""DRAListTypeAttributes: alpha and off in 1.36 and 1.37 (k8s.io/kubernetes v1.37.2
+pkg/features/kube_features.go). With the gate off the API server drops list values on
+create, which leaves such an attribute with no value."""
 _ADVANCED_DEVICES_MAX = 64
 _DEVICES_MAX = 128
 _COUNTER_LIMITS_FROM = 35
@@ -97,6 +101,19 @@ class ApiShape:
 
     version: str
     minor: int
+    list_type_attributes: bool = False
+    """The cluster enables the DRAListTypeAttributes gate."""
+
+    @property
+    def list_attribute_fields(self) -> bool:
+        """The release has the list value fields (served only with the gate)."""
+        return self.minor >= _LIST_ATTRIBUTES_FROM
+
+    @property
+    def list_attribute_values(self) -> bool:
+        """Attributes may hold lists (``ints``, ``bools``, ``strings``, ``versions``), and
+        selectors may call ``includes()``."""
+        return self.list_type_attributes and self.list_attribute_fields
 
     @property
     def devices_in_basic(self) -> bool:
@@ -159,6 +176,8 @@ class Target:
     """The Kubernetes release a run validates against, e.g. ``1.32``."""
 
     kubernetes_version: str
+    list_type_attributes: bool = False
+    """The DRAListTypeAttributes gate (alpha, off by default)."""
 
     @property
     def minor(self) -> int:
@@ -190,7 +209,7 @@ class Target:
         group, _, version = api_version.partition("/")
         if group != RESOURCE_GROUP or version not in self.served_resource_versions:
             return None
-        return ApiShape(version, self.minor)
+        return ApiShape(version, self.minor, self.list_type_attributes)
 
     def unserved_reason(self, api_version: str) -> str:
         group, _, version = api_version.partition("/")
