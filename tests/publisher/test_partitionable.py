@@ -316,3 +316,28 @@ async def test_what_was_published_simulates_within_its_counters_and_taints(
         "part-tolerating": ["mig-3"],
         "whole": "unschedulable",  # the partitions hold all 80Gi of the counter set
     }
+
+
+async def test_a_pool_that_becomes_partitionable_is_published_again(
+    apiserver: Any, client: kube.KubeClient, node_uid: str
+) -> None:
+    """A node whose devices were published plain, then as partitions over a counter set
+    (a driver upgrade, a reconfigured GPU): the slice that held the devices is rewritten
+    to hold only what it holds now, in one write the server accepts."""
+    if not _serves_new_fields(apiserver):
+        pytest.skip("the stand-ins play 1.32 and 1.34, which do not serve these fields")
+    plain = FakeBackend(2)
+    await _publisher(client, plain).reconcile_once()
+    assert {d["name"] for s in live(apiserver) for d in s["spec"].get("devices") or []} == {
+        "gpu-0",
+        "gpu-1",
+    }
+    await _publisher(client, SlicedGPU()).reconcile_once()
+    slices = live(apiserver)
+    assert sorted(bool(s["spec"].get("sharedCounters")) for s in slices) == [False, True]
+    for s in slices:
+        assert not (s["spec"].get("sharedCounters") and s["spec"].get("devices"))
+    assert {d["name"] for s in slices for d in s["spec"].get("devices") or []} == {
+        "whole",
+        *(f"mig-{i}" for i in range(4)),
+    }

@@ -39,6 +39,17 @@ if TYPE_CHECKING:
 
 __all__ = ["PublisherSettings", "SlicePublisher"]
 
+_REPLACED_SPEC_FIELDS = (
+    "devices",
+    "sharedCounters",
+    "nodeName",
+    "nodeSelector",
+    "allNodes",
+    "perDeviceNodeSelection",
+)
+"""ResourceSliceSpec fields a slice update replaces as a whole (k8s.io/api v0.37.2
+resource/v1 types.go; driver and pool are always written)."""
+
 log = logging.getLogger(__name__)
 
 _API_FAILURES = (status.ApiError, aiohttp.ClientError, TimeoutError, errors.TemporaryError)
@@ -214,7 +225,11 @@ class SlicePublisher:
             written = await self.client.create(resource, shapes.to_version(body, version))
         elif write.verb == "update":
             body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "spec": write.spec}
-            patch = {"spec": shapes.to_version(body, version)["spec"]}
+            spec = shapes.to_version(body, version)["spec"]
+            # A merge patch keeps what it does not name: a slice that held devices and
+            # now holds counter sets (or moves from nodeName to a selector) must have the
+            # old field removed in the same write, or the server refuses both at once.
+            patch = {"spec": {**dict.fromkeys(_REPLACED_SPEC_FIELDS), **spec}}
             written = await self.client.merge_patch(
                 resource, write.name, patch, resource_version=write.resource_version
             )
