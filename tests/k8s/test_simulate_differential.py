@@ -12,7 +12,10 @@ generated from fixed seeds (device attributes and capacity, claims with counts, 
 selectors over attributes and capacity, matchAttribute constraints, pods with one or
 two claims), from more seeds for the 1.36+ features (GPUs split into partitions that
 share counters, tainted devices and requests that tolerate them, devices shared by
-capacity with request policies, distinctAttribute), plus hand-written ones.
+capacity with request policies, distinctAttribute), from more seeds for list-type
+attributes (alpha, on in the test cluster as every DRA gate is: ``includes()`` selectors,
+matchAttribute needing a common element, distinctAttribute needing disjoint lists), plus
+hand-written ones. simulate gets ``--feature-gate DRAListTypeAttributes=true`` to match.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ MODELS = ("a100", "h100")
 MEMORY = ("1Gi", "2Gi", "4Gi")
 SEEDS = range(30)
 FEATURE_SEEDS = range(100, 130)
+LIST_SEEDS = range(200, 215)
+GATES = ("--feature-gate", "DRAListTypeAttributes=true")
+"""The cluster's gates simulate must be told of (its default is the release's)."""
 SCHEDULER_CACHE_GRACE = 3.0
 """Seconds between creating the slices and the first pod (see the test)."""
 TARGET = SIMULATE_VERSIONS[-1]
@@ -191,6 +197,36 @@ def feature_scenario(seed: int) -> dict[str, Any]:
             {"device": device, "taint": {"key": TAINT_KEY, "value": value, "effect": "NoSchedule"}}
         )
     return {"devices": devices, "pods": pods, "counters": counters, "rules": rules}
+
+
+def list_scenario(seed: int) -> dict[str, Any]:
+    """Devices whose NUMA nodes and model aliases are lists; claims that select with
+    ``includes()`` and constrain pairs by a common NUMA node or disjoint ones."""
+    rng = random.Random(seed)
+    devices = []
+    for j in range(rng.randint(3, 5)):
+        numa = sorted(rng.sample(range(4), rng.randint(1, 2)))
+        aliases = sorted(rng.sample(MODELS, rng.randint(1, 2)))
+        devices.append(
+            {
+                "name": f"gpu-{j}",
+                "attributes": {"numa": {"ints": numa}, "models": {"strings": aliases}},
+            }
+        )
+    pods = []
+    for p in range(rng.randint(2, 3)):
+        count = rng.choice((1, 2, 2))
+        exactly: dict[str, Any] = {"deviceClassName": DRIVER, "count": count}
+        if rng.random() < 0.5:
+            model = rng.choice(MODELS)
+            expression = f'device.attributes["{DRIVER}"].models.includes("{model}")'
+            exactly["selectors"] = [{"cel": {"expression": expression}}]
+        spec: dict[str, Any] = {"requests": [{"name": "gpus", "exactly": exactly}]}
+        if count == 2:
+            constraint = rng.choice(("matchAttribute", "matchAttribute", "distinctAttribute"))
+            spec["constraints"] = [{"requests": ["gpus"], constraint: f"{DRIVER}/numa"}]
+        pods.append((f"p{p}", [(f"p{p}-c0", spec)]))
+    return {"devices": devices, "pods": pods}
 
 
 def _selector_memory(amount: str) -> list[dict[str, Any]]:
@@ -402,6 +438,7 @@ def simulate_verdicts(
             "simulate",
             "-k",
             TARGET,
+            *GATES,
             "-o",
             "json",
             str(path),
@@ -425,7 +462,8 @@ def simulate_verdicts(
 @pytest.fixture
 async def heartbeats(k8s_api: ClusterApi) -> AsyncIterator[list[str]]:
     """Ready nodes, one per scenario, kept Ready for the test."""
-    names = [f"sim-{i}" for i in range(len(SEEDS) + len(FEATURE_SEEDS) + len(HAND_WRITTEN))]
+    total = len(SEEDS) + len(FEATURE_SEEDS) + len(LIST_SEEDS) + len(HAND_WRITTEN)
+    names = [f"sim-{i}" for i in range(total)]
     async with await kube.connect(kubeconfig=k8s_api.cluster.admin_kubeconfig) as admin:
         beats = [NodeHeartbeat(admin, n) for n in names]
         for beat in beats:
@@ -447,6 +485,7 @@ async def test_simulate_agrees_with_kube_scheduler(
     scenarios = (
         [(f"g{seed}", generated(seed)) for seed in SEEDS]
         + [(f"f{seed}", feature_scenario(seed)) for seed in FEATURE_SEEDS]
+        + [(f"l{seed}", list_scenario(seed)) for seed in LIST_SEEDS]
         + list(HAND_WRITTEN.items())
     )
     disagreements: list[str] = []
@@ -457,6 +496,7 @@ async def test_simulate_agrees_with_kube_scheduler(
         "tainted": 0,
         "refused-feature-pods": 0,
         "taint-rules": 0,
+        "list-allocations": 0,
     }
     every = [objects(name, node, s) for (name, s), node in zip(scenarios, heartbeats, strict=True)]
     for parts in every:
@@ -486,6 +526,7 @@ async def test_simulate_agrees_with_kube_scheduler(
             features["shares"] += sum(bool(used) for _, used in devices)
             features["partitions"] += sum(d[3:4].isdigit() for d, _ in devices)
             features["tainted"] += sum(d.startswith("plain") for d, _ in devices)
+            features["list-allocations"] += claim.startswith("l")
             if sim_claims.get(claim) != devices:
                 disagreements.append(
                     f"{claim}: kube-scheduler {devices}, simulate {sim_claims.get(claim)}"
@@ -497,8 +538,162 @@ async def test_simulate_agrees_with_kube_scheduler(
             f"{len(disagreements)} disagreements; 1.36+ scenarios: {features['shares']} shares, "
             f"{features['partitions']} partitions, {features['tainted']} devices that may be "
             f"tainted, {features['refused-feature-pods']} pods refused, "
-            f"{features['taint-rules']} DeviceTaintRules"
+            f"{features['taint-rules']} DeviceTaintRules; list attributes: "
+            f"{features['list-allocations']} allocations"
         )
     assert disagreements == []
     assert 0 < unschedulable < pods, "the scenarios exercise both verdicts"
     assert all(features.values()), f"the 1.36+ scenarios exercise every feature: {features}"
+
+
+ATTACHED = "dra.example.com/attached"
+
+
+def _simulate(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "dralet.cli.main", "simulate", "-k", TARGET, *args]
+    return subprocess.run(
+        [*command, str(path)], capture_output=True, text=True, check=False, timeout=60
+    )
+
+
+def _binding_slices(node: str) -> list[dict[str, Any]]:
+    """Two pools on ``node``: ``a-fabric`` (first by name) whose device waits for a
+    binding condition, and ``b-local`` with a plain device."""
+
+    def one(pool: str, device: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{pool}"},
+            "spec": {
+                "driver": DRIVER,
+                "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+                "nodeName": node,
+                "devices": [device],
+            },
+        }
+
+    fabric = {
+        "name": "fabric-0",
+        "bindingConditions": [ATTACHED],
+        "bindingFailureConditions": ["dra.example.com/failed"],
+    }
+    return [one("a-fabric", fabric), one("b-local", {"name": "local-0"})]
+
+
+async def test_binding_conditions_agree_with_kube_scheduler(
+    k8s_api: ClusterApi, tmp_path: Path
+) -> None:
+    """The scheduler searches pools with binding conditions last, allocates such a device
+    with its conditions in the result, and binds the pod only once the claim's status
+    says the condition is True; simulate must pick the same devices, carry the same
+    conditions, and say the pod waits for them."""
+    node = "sim-binding"
+    name = "bc"
+    scenario = {
+        "devices": [],
+        "pods": [
+            (
+                f"p{p}",
+                [
+                    (
+                        f"p{p}-c0",
+                        {"requests": [{"name": "gpus", "exactly": {"deviceClassName": DRIVER}}]},
+                    )
+                ],
+            )
+            for p in range(2)
+        ],
+    }
+    parts = objects(name, node, scenario)
+    parts["slices"] = _binding_slices(node)
+    async with await kube.connect(kubeconfig=k8s_api.cluster.admin_kubeconfig) as admin:
+        beat = NodeHeartbeat(admin, node)
+        await beat.register()
+        task = asyncio.create_task(beat.run())
+        try:
+            if k8s_api.get("DeviceClass", DRIVER) is None:
+                k8s_api.create(_class())
+            k8s_api.wait_for_default_service_account()
+            for obj in [*parts["slices"], *parts["claims"]]:
+                k8s_api.create(obj)
+            await asyncio.sleep(SCHEDULER_CACHE_GRACE)
+            real: dict[str, list[tuple[str, list[str]]]] = {}
+            for pod in parts["pods"]:
+                k8s_api.create(pod)
+                claim_name = pod["spec"]["resourceClaims"][0]["resourceClaimName"]
+
+                def allocated(claim: str = claim_name) -> list[tuple[str, list[str]]] | None:
+                    current = k8s_api.get("ResourceClaim", claim, namespace=NS) or {}
+                    allocation = (current.get("status") or {}).get("allocation")
+                    if not allocation:
+                        return None
+                    return [
+                        (r["device"], list(r.get("bindingConditions") or []))
+                        for r in allocation["devices"]["results"]
+                    ]
+
+                real[claim_name] = await eventually(allocated, f"the allocation of {claim_name}")
+            waiting = f"{name}-p1"
+            assert (
+                not (k8s_api.get("Pod", waiting, namespace=NS) or {})
+                .get("spec", {})
+                .get("nodeName")
+            ), "a pod whose device waits for a binding condition is not bound yet"
+
+            path = tmp_path / "state.yaml"
+            path.write_text(
+                yaml.safe_dump_all([_class(), *parts["slices"], *parts["claims"], *parts["pods"]])
+            )
+            out = await asyncio.to_thread(_simulate, path, "-o", "json")
+            report = json.loads(out.stdout)
+            simulated = {
+                c["name"]: [
+                    (r["device"], list(r.get("bindingConditions") or []))
+                    for r in c["allocation"]["devices"]["results"]
+                ]
+                for c in report["claims"]
+            }
+            assert simulated == real
+            assert real == {
+                f"{name}-p0-c0": [("local-0", [])],
+                f"{name}-p1-c0": [("fabric-0", [ATTACHED])],
+            }
+            table = (await asyncio.to_thread(_simulate, path)).stdout
+            assert f"waits for binding conditions {ATTACHED}" in table
+
+            k8s_api.patch(
+                "ResourceClaim",
+                f"{name}-p1-c0",
+                {
+                    "status": {
+                        "devices": [
+                            {
+                                "driver": DRIVER,
+                                "pool": "a-fabric",
+                                "device": "fabric-0",
+                                "conditions": [
+                                    {
+                                        "type": ATTACHED,
+                                        "status": "True",
+                                        "reason": "Attached",
+                                        "message": "",
+                                        "lastTransitionTime": "2026-12-04T00:00:00Z",
+                                    }
+                                ],
+                            }
+                        ]
+                    }
+                },
+                namespace=NS,
+                subresource="status",
+            )
+
+            def bound() -> str | None:
+                pod = k8s_api.get("Pod", waiting, namespace=NS) or {}
+                return pod.get("spec", {}).get("nodeName") or None
+
+            assert await eventually(bound, f"{waiting} bound once its condition is True") == node
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

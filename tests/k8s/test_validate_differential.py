@@ -5,7 +5,9 @@ server's verdict must be validate's verdict (errors of the schema and API rules;
 rules DRA1xx are beyond what a server checks), and where both refuse, validate must name
 a field the server names.
 
-Validation is judged at the newest release ``dralet validate`` knows; the server is 1.37.
+Validation is judged at the newest release ``dralet validate`` knows; the server is 1.37
+with every DRA gate on (tests/k8scluster.py), so validate runs with the one gate it takes,
+DRAListTypeAttributes, on as well.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ pytestmark = [pytest.mark.k8s, K8S_TIMEOUT]
 
 CORPUS = Path(__file__).resolve().parent.parent / "cli" / "manifests"
 TARGET = SUPPORTED_KUBERNETES_VERSIONS[-1]
+GATES = ["--feature-gate", "DRAListTypeAttributes=true"]
 
 # (file, document index): why validate and the server disagree. Each is a finding.
 KNOWN_DIFFERENCES: dict[tuple[str, int], str] = {}
@@ -68,7 +71,7 @@ def validate_verdicts(docs: list[dict[str, Any]], tmp_path: Path) -> list[Verdic
         path.write_text(yaml.safe_dump(doc))
         paths.append(path)
     out = subprocess.run(
-        [sys.executable, "-m", "dralet.cli.main", "validate", "-k", TARGET, "-o", "json"]
+        [sys.executable, "-m", "dralet.cli.main", "validate", "-k", TARGET, *GATES, "-o", "json"]
         + [str(p) for p in paths],
         capture_output=True,
         text=True,
@@ -83,7 +86,8 @@ def validate_verdicts(docs: list[dict[str, Any]], tmp_path: Path) -> list[Verdic
 
 def validate_in_process(doc: dict[str, Any]) -> Verdict:
     report = engine.validate_sources(
-        [Source("mutant.yaml", yaml.safe_dump(doc))], target=Target(TARGET)
+        [Source("mutant.yaml", yaml.safe_dump(doc))],
+        target=Target(TARGET, list_type_attributes=True),
     )
     return [
         (d.field, f"{d.rule} {d.message}")
