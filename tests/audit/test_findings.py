@@ -54,6 +54,28 @@ async def test_orphan_spec(node: AuditedNode) -> None:
     assert not node.ledger.specs.exists(uid)
 
 
+async def test_orphan_metadata(node: AuditedNode) -> None:
+    uid = str(uuid.uuid4())
+    files = node.ledger.steps.metadata_files
+    files.root.parent.mkdir(parents=True, exist_ok=True)
+    files.write(uid, {"gpu": "{}\n"})
+    assert await node.kinds() == ["orphan-metadata"]
+    assert ("orphan-metadata-removed", uid) in await _fixed(node)
+    assert files.claim_uids() == []
+
+
+async def test_orphan_spec_and_metadata_go_together(node: AuditedNode) -> None:
+    uid = str(uuid.uuid4())
+    node.ledger.specs.write(uid, _spec_document(node, uid, "gpu-3"))
+    files = node.ledger.steps.metadata_files
+    files.root.parent.mkdir(parents=True, exist_ok=True)
+    files.write(uid, {"gpu": "{}\n"})
+    assert await node.kinds() == ["orphan-spec"]
+    assert ("orphan-spec-removed", uid) in await _fixed(node)
+    assert not node.ledger.specs.exists(uid)
+    assert files.claim_uids() == []
+
+
 async def test_unreadable_orphan_spec_is_invalid_and_orphaned(node: AuditedNode) -> None:
     uid = str(uuid.uuid4())
     node.ledger.specs.ensure_dir()

@@ -332,6 +332,17 @@ def test_device_status_adds_exactly_its_status_rights(render: Render, version: s
     assert "--write-device-status" not in flags(plugin_container(render(version)))
 
 
+def test_device_metadata_adds_the_flag_and_nothing_else(render: Render) -> None:
+    version = KUBERNETES_VERSIONS[-1]
+    plain = render(version)
+    documents = render(version, (("deviceMetadata.enabled", "true"),))
+    added = [
+        f for f in flags(plugin_container(documents)) if f not in flags(plugin_container(plain))
+    ]
+    assert added == ["--device-metadata"]
+    assert only(documents, "ClusterRole") == only(plain, "ClusterRole")
+
+
 def test_plugin_runs_as_root_without_capabilities(render: Render) -> None:
     context = plugin_container(render("1.34"))["securityContext"]
     assert context["runAsUser"] == 0
@@ -368,7 +379,7 @@ def test_the_example_names_what_the_example_driver_injects() -> None:
 
     comment = (CHART / "templates" / "examples.yaml").read_text()
     source = Path(gpus.__file__).read_text()
-    assert 'env=(f"EXAMPLE_GPU_{index}=' in source
+    assert 'f"EXAMPLE_GPU_{index}={self.gpu_uuid(index)}"' in source
     assert 'path=f"/dev/example-gpu{index}"' in source
     assert "EXAMPLE_GPU_<index>=" in comment
     assert "/dev/example-gpu<index>" in comment

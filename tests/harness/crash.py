@@ -55,6 +55,7 @@ from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
 from dralet.kubelet import KubeletClaim, KubeletEmulator, KubeletError, PluginConnection
 from dralet.node import audit
 from dralet.node import claims as claim_checks
+from dralet.node.claims.devicemetadata import MetadataFiles
 from dralet.node.settings import DriverSettings
 from tests.harness import targets
 
@@ -292,8 +293,10 @@ class _Run:
             registry_dir=self.paths.registry_dir,
             cdi_dir=self.paths.cdi_dir,
             backend_state_dir=self.paths.state_dir,
+            device_metadata=True,
         )
         self.specs = cdi_store.SpecStore(self.node_settings.cdi_dir, self.node_settings.cdi_kind)
+        self.metadata = MetadataFiles(self.node_settings.plugin_dir)
         self.target = target(self.node_settings, strict=self.strict)
         self.finalizer = claim_checks.finalizer_name(target.driver_name)
         self.pods: list[_Pod] = []
@@ -343,7 +346,14 @@ class _Run:
             api_url=api_url,
             gpus=self.settings.gpus,
             driver=selection[at + 1],
-            extra=[*selection[:at], *selection[at + 2 :], "--no-publish", "--log-level", "warning"],
+            extra=[
+                *selection[:at],
+                *selection[at + 2 :],
+                "--no-publish",
+                "--device-metadata",
+                "--log-level",
+                "warning",
+            ],
         )
 
     # ------------------------------------------------------------------ driver
@@ -537,6 +547,8 @@ class _Run:
             self.violation(f"{where} its record is still there ({record.state})")
         if self.specs.exists(uid):
             self.violation(f"{where} its CDI spec is still there")
+        if self.metadata.has_any(uid):
+            self.violation(f"{where} its device metadata files are still there")
         held = sorted(d for d, holder in self._in_use().items() if holder == uid)
         if held:
             self.violation(f"{where} the backend still holds {held}")
@@ -636,6 +648,8 @@ class _Run:
             record = snapshot.checkpoint.claims.get(uid)
             if record is None or uid not in snapshot.specs:
                 self.violation(f"{when}: claim {uid} is prepared for the kubelet, no record/spec")
+            elif not self.metadata.present(uid, list(record.device_metadata)):
+                self.violation(f"{when}: claim {uid} is prepared, its metadata files are not")
         for uid in sorted(snapshot.specs):
             if uid not in {p.ref.uid for p in self.pods if p.in_cache}:
                 self.violation(f"{when}: CDI spec for {uid}, which the kubelet does not know")
@@ -643,6 +657,7 @@ class _Run:
             leftovers = {
                 "records": sorted(snapshot.checkpoint.claims),
                 "specs": sorted(snapshot.specs),
+                "device metadata": sorted(snapshot.metadata),
                 "devices": sorted((snapshot.in_use or {}).items()),
                 "finalizers": sorted(
                     c["metadata"]["name"]

@@ -110,6 +110,8 @@ def _record_to_dict(r: ClaimRecord) -> dict[str, Any]:
     }
     if r.cdi_spec is not None:
         out["cdiSpec"] = r.cdi_spec
+    if r.device_metadata:
+        out["deviceMetadata"] = dict(r.device_metadata)
     if r.finalizer_added:
         out["finalizerAdded"] = True
     if r.boot_id:
@@ -188,6 +190,9 @@ def _record_from_dict(uid: str, value: Any) -> ClaimRecord:
     cdi_spec = r.get("cdiSpec")
     if cdi_spec is not None:
         _mapping(cdi_spec, f"claim {uid[:64]!r} cdiSpec")
+    metadata = _mapping(r.get("deviceMetadata", {}), f"claim {uid[:64]!r} deviceMetadata")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise CodecError(f"claim {uid[:64]!r} deviceMetadata must map requests to text")
     return ClaimRecord(
         uid=uid,
         namespace=_field(r, "namespace", str, None),
@@ -195,6 +200,7 @@ def _record_from_dict(uid: str, value: Any) -> ClaimRecord:
         state=ClaimState(state),
         devices=tuple(_device_from_dict(d) for d in _field(r, "devices", list, [])),
         cdi_spec=cdi_spec,
+        device_metadata=dict(metadata),
         finalizer_added=_field(r, "finalizerAdded", bool, False),
         boot_id=_field(r, "bootId", str, ""),
         updated_at=_field(r, "updatedAt", str, ""),

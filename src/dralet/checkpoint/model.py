@@ -102,6 +102,8 @@ class ClaimRecord:
     state: ClaimState
     devices: tuple[DeviceRecord, ...] = ()
     cdi_spec: Mapping[str, Any] | None = None
+    device_metadata: Mapping[str, str] = field(default_factory=dict)
+    """Request -> the content of its device metadata file (KEP-5304), when written."""
     finalizer_added: bool = False
     boot_id: str = ""
     updated_at: str = ""

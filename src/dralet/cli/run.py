@@ -173,6 +173,14 @@ def _driver_options(
     "deviceStatus RBAC.",
 )
 @click.option(
+    "--device-metadata/--no-device-metadata",
+    default=_default(DriverSettings, "device_metadata"),
+    show_default=True,
+    help="Write a device metadata file per request of each prepared claim and mount it "
+    "read-only into the request's containers under /var/run/kubernetes.io/"
+    "dra-device-attributes (KEP-5304).",
+)
+@click.option(
     "--max-parallel-claims",
     type=click.IntRange(min=1),
     default=_default(DriverSettings, "max_parallel_claims"),
@@ -215,6 +223,7 @@ def command(
     metrics_port: int | None,
     stale_claim_grace: float,
     write_device_status: bool,
+    device_metadata: bool,
     max_parallel_claims: int,
     shutdown_grace: float,
     log_format: str,
@@ -234,6 +243,7 @@ def command(
             metrics_port=metrics_port,
             stale_claim_grace=stale_claim_grace,
             write_device_status=write_device_status,
+            device_metadata=device_metadata,
             max_parallel_claims=max_parallel_claims,
             shutdown_grace=shutdown_grace,
             **{name: value for name, value in paths.items() if value is not None},

@@ -35,6 +35,7 @@ __all__ = [
     "DeviceBackend",
     "DeviceConfig",
     "DeviceHealth",
+    "DeviceMetadata",
     "DeviceStatus",
     "HealthStatus",
     "NetworkData",
@@ -86,6 +87,7 @@ class DeviceConfig:
 class AllocatedDevice:
     """One allocation result of a claim that this driver must prepare.
 
+    ``request`` is the claim's request (the kubelet matches containers on it);
     ``configs`` are the configs that apply to this device's request, in precedence order
     (class before claim; later wins). ``consumed_capacity`` (1.34+ consumable capacity)
     and ``tolerations`` (1.33+ device taints) are copied from the allocation result;
@@ -99,6 +101,9 @@ class AllocatedDevice:
     admin_access: bool = False
     share_id: str = ""
     configs: tuple[DeviceConfig, ...] = ()
+    subrequest: str = ""
+    """The subrequest of a ``firstAvailable`` request the scheduler chose (``large`` of
+    the result's ``gpu/large``; ``request`` is then ``gpu``); empty for a plain request."""
     consumed_capacity: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -150,6 +155,17 @@ class DeviceStatus:
 
 
 @dataclass(frozen=True)
+class DeviceMetadata:
+    """What the device's entry in its request's metadata file says (KEP-5304), when the
+    driver writes device metadata (``DriverSettings.device_metadata``): attributes the
+    workload may read (the published ones, or others), and network data. Without one,
+    the entry names the device and carries the network data of ``status``, if any."""
+
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    network: NetworkData | None = None
+
+
+@dataclass(frozen=True)
 class PreparedDevice:
     """What a backend returns for a prepared device.
 
@@ -160,12 +176,15 @@ class PreparedDevice:
     ``<claim UID>-<device>-<n>`` (n = 1, 2, …) next to the device's own.
     ``status``: what the claim's ``status.devices`` entry for this device says, when the
     driver writes device status; None gives the default ``Ready`` entry.
+    ``metadata``: the device's entry in the metadata file of its request, when the
+    driver writes device metadata.
     """
 
     edits: ContainerEdits
     state: Mapping[str, Any] = field(default_factory=dict)
     more_edits: Sequence[ContainerEdits] = ()
     status: DeviceStatus | None = None
+    metadata: DeviceMetadata | None = None
 
 
 class PartialPrepareError(Exception):

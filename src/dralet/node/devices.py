@@ -26,6 +26,7 @@ __all__ = [
     "RequestPolicy",
     "TaintEffect",
     "Version",
+    "attributes_to_json",
     "counter_set_to_json",
     "device_to_json",
     "taint_to_json",
@@ -145,18 +146,24 @@ class Device:
             raise ValueError("; ".join(problems))
 
 
+def attributes_to_json(attributes: Mapping[str, AttributeValue]) -> dict[str, Any]:
+    """Attribute values in API form (``{"int": 3}``, ``{"version": "1.2.3"}``), by name."""
+    out: dict[str, Any] = {}
+    for key, value in sorted(attributes.items()):
+        if isinstance(value, Version):
+            out[key] = {"version": value.value}
+        elif isinstance(value, bool):
+            out[key] = {"bool": value}
+        elif isinstance(value, int):
+            out[key] = {"int": value}
+        else:
+            out[key] = {"string": value}
+    return out
+
+
 def device_to_json(device: Device) -> dict[str, Any]:
     """A backend ``Device`` as a canonical (v1-shaped) ResourceSlice device."""
-    attributes: dict[str, Any] = {}
-    for key, value in sorted(device.attributes.items()):
-        if isinstance(value, Version):
-            attributes[key] = {"version": value.value}
-        elif isinstance(value, bool):
-            attributes[key] = {"bool": value}
-        elif isinstance(value, int):
-            attributes[key] = {"int": value}
-        else:
-            attributes[key] = {"string": value}
+    attributes = attributes_to_json(device.attributes)
     out: dict[str, Any] = {"name": device.name}
     if attributes:
         out["attributes"] = attributes

@@ -72,6 +72,12 @@ class DriverSettings:
     data, network data: ``PreparedDevice.status``) and remove it at unprepare. Best
     effort: a failed write is logged and counted, never fails the claim. Needs RBAC on
     ``resourceclaims/status`` (and, from Kubernetes 1.36, ``resourceclaims/driver``)."""
+    device_metadata: bool = False
+    """Write a device metadata file per request of each prepared claim and mount it
+    read-only into the containers that get the request's devices (KEP-5304, beta in the
+    1.37 kubelet plugin helper), at ``/var/run/kubernetes.io/dra-device-attributes/...``.
+    The files live under ``<plugin_dir>/dra-device-metadata`` and go at unprepare, right
+    after the CDI spec."""
     backend_state_dir: Path | None = None
     """The backend's own state dir, if any: checked at start and swept of temp files
     ``dralet.atomic_write`` left behind."""

@@ -5,6 +5,8 @@ Configuration, from the ``--driver-config`` file (YAML) or ``--driver-option``
 
     gpus: 4                      # --driver-option gpus=4
     prepareDelay: {gpu-0: 30}    # --driver-option prepare-delay=gpu-0=30,gpu-1=2
+    partitions: 2                # --driver-option partitions=2: each GPU also as 2 halves
+    shared: 1                    # --driver-option shared=1: the last GPU shared by capacity
 
 An option wins over the same key in the file.
 """
@@ -19,17 +21,22 @@ from dralet.drivers.example.gpus import SimulatedGPUs
 
 __all__ = ["factory", "simulated_gpus"]
 
-_KEYS = {"gpus": "gpus", "prepare-delay": "prepareDelay"}
+_KEYS = {
+    "gpus": "gpus",
+    "prepare-delay": "prepareDelay",
+    "partitions": "partitions",
+    "shared": "shared",
+}
 """Option name → key in the config file."""
 
 
-def _count(value: Any) -> int:
+def _count(value: Any, what: str = "gpus") -> int:
     try:
         count = int(value)
     except (TypeError, ValueError):
         count = -1
     if count < 0 or isinstance(value, bool):
-        raise ValueError(f"gpus: expected a whole number >= 0, got {value!r}")
+        raise ValueError(f"{what}: expected a whole number >= 0, got {value!r}")
     return count
 
 
@@ -56,7 +63,8 @@ def simulated_gpus(settings: dralet.Settings, config: dralet.DriverConfig) -> Si
     values = config.load()
     unknown = sorted(set(values) - set(_KEYS.values())) + sorted(set(config.options) - set(_KEYS))
     if unknown:
-        raise ValueError(f"unknown setting(s) {', '.join(unknown)} (known: gpus, prepare-delay)")
+        known = ", ".join(_KEYS)
+        raise ValueError(f"unknown setting(s) {', '.join(unknown)} (known: {known})")
     for option, key in _KEYS.items():
         if option in config.options:
             values[key] = config.options[option]
@@ -65,6 +73,9 @@ def simulated_gpus(settings: dralet.Settings, config: dralet.DriverConfig) -> Si
         kwargs["count"] = _count(values["gpus"])
     if "prepareDelay" in values:
         kwargs["prepare_delay"] = _delays(values["prepareDelay"])
+    for key in ("partitions", "shared"):
+        if key in values:
+            kwargs[key] = _count(values[key], key)
     return SimulatedGPUs(
         state_dir=settings.state_dir, node_name=settings.driver.node_name, **kwargs
     )

@@ -11,6 +11,12 @@ A claim (or its DeviceClass) may set ``{"mode": "..."}`` in its opaque config; t
 settings apply in precedence order (class before claim, later wins) and the mode is
 passed to the container as ``EXAMPLE_GPU_<index>_MODE``. ``prepare_claim`` prepares a
 claim's devices one by one with ``prepare`` (so a test can fail or gate one device).
+
+GPUs may also be split into partitions or shared (``inventory.Layout``). Preparing a
+partition creates it (``EXAMPLE_GPU_<index>_PART_<j>`` in the container) and releasing
+it destroys it; the hardware refuses a partition of a GPU another claim holds whole, and
+the whole GPU while another claim holds a partition of it. A share of a shared GPU gets
+its ``shareID`` and the memory it consumes (``EXAMPLE_GPU_<index>_SHARE``, ``..._MEMORY``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import dralet
+from dralet.drivers.example.inventory import DeviceName, Layout
 
 __all__ = ["DRIVER_NAME", "SimulatedGPUs"]
 
@@ -46,12 +53,15 @@ class SimulatedGPUs:
         memory: str = DEFAULT_MEMORY,
         prepare_delay: Mapping[str, float] | None = None,
         survives_reboot: bool = True,
+        partitions: int = 0,
+        shared: int = 0,
     ) -> None:
         self.state_dir = state_dir
         self.node_name = node_name
         self.count = count
         self.model = model
         self.memory = memory
+        self.layout = Layout(count, memory, partitions=partitions, shared=shared)
         self.prepare_delay = dict(prepare_delay or {})
         self._survives_reboot = survives_reboot
         self._state_path = state_dir / "gpus.json"
@@ -60,29 +70,52 @@ class SimulatedGPUs:
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def gpu_uuid(self, index: int) -> str:
+        return self.device_uuid(f"gpu-{index}")
+
+    def device_uuid(self, device: str) -> str:
+        name = device.removeprefix("gpu-") if device.startswith("gpu-") else device
         return "GPU-" + str(
-            uuid.uuid5(uuid.NAMESPACE_URL, f"dralet-example/{self.node_name}/{index}")
+            uuid.uuid5(uuid.NAMESPACE_URL, f"dralet-example/{self.node_name}/{name}")
         )
 
-    # The "hardware" state: which claim each GPU is prepared for.
+    # The "hardware" state: which claim each GPU is prepared for, and each shared GPU's
+    # shares (claim UID -> share ID -> memory).
+
+    def _state(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self._state_path.read_text())
+        except FileNotFoundError:
+            data = {}
+        data.setdefault("inUse", {})
+        data.setdefault("shares", {})
+        return data
 
     def in_use(self) -> dict[str, str]:
-        try:
-            data: dict[str, str] = json.loads(self._state_path.read_text())["inUse"]
-            return data
-        except FileNotFoundError:
-            return {}
+        in_use: dict[str, str] = self._state()["inUse"]
+        return in_use
 
-    def _save(self, in_use: Mapping[str, str]) -> None:
-        dralet.atomic_write(
-            self._state_path, json.dumps({"inUse": dict(in_use)}, sort_keys=True).encode()
-        )
+    def shares(self) -> dict[str, dict[str, dict[str, str]]]:
+        shares: dict[str, dict[str, dict[str, str]]] = self._state()["shares"]
+        return shares
+
+    def _save(self, in_use: Mapping[str, str], shares: Mapping[str, Any] | None = None) -> None:
+        document: dict[str, Any] = {"inUse": dict(in_use)}
+        kept = self.shares() if shares is None else shares
+        if kept:
+            document["shares"] = dict(kept)
+        dralet.atomic_write(self._state_path, json.dumps(document, sort_keys=True).encode())
+
+    def _name(self, claim: dralet.ClaimRef, device: str) -> DeviceName:
+        name = self.layout.parse(device)
+        if name is None:
+            raise dralet.ClaimError(claim.uid, f"no such simulated GPU {device!r}")
+        return name
 
     def _index(self, device: str) -> int:
-        prefix, _, number = device.partition("-")
-        if prefix != "gpu" or not number.isdigit() or int(number) >= self.count:
+        name = self.layout.parse(device)
+        if name is None:
             raise dralet.ClaimError("", f"no such simulated GPU {device!r}")
-        return int(number)
+        return name.gpu
 
     # ClaimBackend
 
@@ -116,45 +149,70 @@ class SimulatedGPUs:
         return mode
 
     async def devices(self) -> Sequence[dralet.Device]:
-        return [
-            dralet.Device(
-                name=f"gpu-{i}",
-                attributes={
-                    "uuid": self.gpu_uuid(i),
-                    "model": self.model,
-                    "index": i,
-                    "driverVersion": dralet.Version("1.0.0"),
-                },
-                capacity={"memory": self.memory},
-            )
-            for i in range(self.count)
-        ]
+        return self.layout.devices(uuid_of=self.device_uuid, model=self.model)
+
+    async def counter_sets(self) -> Sequence[dralet.CounterSet]:
+        return self.layout.counter_sets()
+
+    def _conflict(self, in_use: Mapping[str, str], name: DeviceName, claim: str) -> str:
+        """Another claim's hold on the same silicon: the whole GPU for a partition, a
+        partition for the whole GPU."""
+        for device, holder in in_use.items():
+            other = self.layout.parse(device)
+            if holder == claim or other is None or other.gpu != name.gpu or other == name:
+                continue
+            if other.partition is None or name.partition is None:
+                return f"{device} is in use by claim {holder} in the hardware"
+        return ""
 
     async def prepare(
         self, claim: dralet.ClaimRef, device: dralet.AllocatedDevice
     ) -> dralet.PreparedDevice:
         """Prepare one device of ``claim`` (the building block of ``prepare_claim``)."""
-        index = self._index(device.device)
+        name = self._name(claim, device.device)
+        index = name.gpu
         delay = self.prepare_delay.get(device.device, 0.0)
         if delay:
             await asyncio.sleep(delay)
+        shared = self.layout.is_shared(index)
+        memory = str(device.consumed_capacity.get("memory", ""))
         async with self._lock.acquire():
-            in_use = self.in_use()
-            holder = in_use.get(device.device)
-            if holder and holder != claim.uid and not device.admin_access:
-                raise dralet.ClaimError(
-                    claim.uid, f"{device.device} is in use by claim {holder} in the hardware"
-                )
-            if not device.admin_access:
-                in_use[device.device] = claim.uid
-                self._save(in_use)
+            state_now = self._state()
+            in_use, shares = state_now["inUse"], state_now["shares"]
+            if shared:
+                if not device.share_id:
+                    raise dralet.ClaimError(claim.uid, f"{device.device} is shared: no shareID")
+                mine = shares.setdefault(device.device, {}).setdefault(claim.uid, {})
+                mine[device.share_id] = memory
+                self._save(in_use, shares)
+            else:
+                holder = in_use.get(device.device)
+                if holder and holder != claim.uid and not device.admin_access:
+                    raise dralet.ClaimError(
+                        claim.uid, f"{device.device} is in use by claim {holder} in the hardware"
+                    )
+                conflict = "" if device.admin_access else self._conflict(in_use, name, claim.uid)
+                if conflict:
+                    raise dralet.ClaimError(claim.uid, conflict)
+                if not device.admin_access:
+                    in_use[device.device] = claim.uid
+                    self._save(in_use, shares)
         info_dir = self.state_dir / "info" / device.device
         info_dir.mkdir(parents=True, exist_ok=True)
-        (info_dir / "uuid").write_text(self.gpu_uuid(index) + "\n")
+        (info_dir / "uuid").write_text(self.device_uuid(device.device) + "\n")
         mode = self.mode(device)
+        env = [f"EXAMPLE_GPU_{index}={self.gpu_uuid(index)}"]
+        if mode:
+            env.append(f"EXAMPLE_GPU_{index}_MODE={mode}")
+        if name.partition is not None:
+            env.append(
+                f"EXAMPLE_GPU_{index}_PART_{name.partition}={self.device_uuid(device.device)}"
+            )
+        if shared:
+            env += [f"EXAMPLE_GPU_{index}_SHARE={device.share_id}"]
+            env += [f"EXAMPLE_GPU_{index}_MEMORY={memory}"] if memory else []
         edits = dralet.ContainerEdits(
-            env=(f"EXAMPLE_GPU_{index}={self.gpu_uuid(index)}",)
-            + ((f"EXAMPLE_GPU_{index}_MODE={mode}",) if mode else ()),
+            env=tuple(env),
             device_nodes=(
                 dralet.DeviceNode(path=f"/dev/example-gpu{index}", host_path=DEVICE_NODE_HOST_PATH),
             ),
@@ -167,20 +225,37 @@ class SimulatedGPUs:
             ),
         )
         state: dict[str, Any] = {"index": index, **({"mode": mode} if mode else {})}
+        if name.partition is not None:
+            state["partition"] = name.partition
+        if shared:
+            state["share"] = {"id": device.share_id, "memory": memory}
         return dralet.PreparedDevice(edits=edits, state=state)
 
     async def release(
         self, claim: dralet.ClaimRef, device: dralet.AllocatedDevice, state: Mapping[str, Any]
     ) -> None:
-        """Release one device of ``claim`` (the building block of ``release_claim``)."""
+        """Release one device of ``claim`` (the building block of ``release_claim``); a
+        partition is destroyed, a share given back."""
         async with self._lock.acquire():
-            in_use = self.in_use()
-            if in_use.get(device.device) == claim.uid:
+            state_now = self._state()
+            in_use, shares = state_now["inUse"], state_now["shares"]
+            mine = shares.get(device.device, {}).get(claim.uid, {})
+            if device.share_id and device.share_id in mine:
+                del mine[device.share_id]
+                if not mine:
+                    del shares[device.device][claim.uid]
+                if not shares[device.device]:
+                    del shares[device.device]
+                self._save(in_use, shares)
+            elif in_use.get(device.device) == claim.uid:
                 del in_use[device.device]
-                self._save(in_use)
+                self._save(in_use, shares)
 
-    async def devices_in_use(self) -> Mapping[str, str]:
-        return self.in_use()
+    async def devices_in_use(self) -> Mapping[str, str | Sequence[str]]:
+        held: dict[str, str | Sequence[str]] = dict(self.in_use())
+        for device, by_claim in self.shares().items():
+            held[device] = sorted(by_claim)
+        return held
 
     async def survives_reboot(
         self, device: dralet.AllocatedDevice, state: Mapping[str, Any]
@@ -192,11 +267,14 @@ class SimulatedGPUs:
             unhealthy: dict[str, str] = json.loads(self._health_path.read_text())
         except FileNotFoundError:
             unhealthy = {}
-        return {
-            f"gpu-{i}": (
-                dralet.DeviceHealth(dralet.HealthStatus.UNHEALTHY, unhealthy[f"gpu-{i}"])
-                if f"gpu-{i}" in unhealthy
+        # A partition is as healthy as its GPU.
+        health: dict[str, dralet.DeviceHealth] = {}
+        for device in await self.devices():
+            gpu = f"gpu-{self._index(device.name)}"
+            reason = unhealthy.get(device.name) or unhealthy.get(gpu)
+            health[device.name] = (
+                dralet.DeviceHealth(dralet.HealthStatus.UNHEALTHY, reason)
+                if reason
                 else dralet.DeviceHealth(dralet.HealthStatus.HEALTHY)
             )
-            for i in range(self.count)
-        }
+        return health

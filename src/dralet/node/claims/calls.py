@@ -23,7 +23,7 @@ from dralet.node.backend import (
 from dralet.node.claims.source import ClaimSource, DeviceStatusWriter
 from dralet.node.invoke import AnyBackend, Invoker, normalize
 
-__all__ = ["Calls", "allocated", "claim_allocation"]
+__all__ = ["SUBREQUEST", "Calls", "allocated", "claim_allocation"]
 
 FP_API_ADD_FINALIZER_BEFORE = "api.add-finalizer.before"
 FP_API_ADD_FINALIZER_AFTER = "api.add-finalizer.after"
@@ -58,12 +58,17 @@ def allocated(record: DeviceRecord) -> AllocatedDevice:
             str(k): str(v) for k, v in (record.result_fields.get(CONSUMED) or {}).items()
         },
         tolerations=tuple(record.result_fields.get(TOLERATIONS) or ()),
-        extra={k: v for k, v in record.result_fields.items() if k not in (CONSUMED, TOLERATIONS)},
+        subrequest=str(record.result_fields.get(SUBREQUEST) or ""),
+        extra={k: v for k, v in record.result_fields.items() if k not in _KEPT_APART},
     )
 
 
 CONSUMED = "consumedCapacity"
 TOLERATIONS = "tolerations"
+SUBREQUEST = "subrequest"
+"""Stored beside the result's other fields; not an API field name (the API writes
+``request: gpu/large``)."""
+_KEPT_APART = (CONSUMED, TOLERATIONS, SUBREQUEST)
 
 
 def result_fields(device: AllocatedDevice) -> dict[str, Any]:
@@ -73,6 +78,8 @@ def result_fields(device: AllocatedDevice) -> dict[str, Any]:
         fields[CONSUMED] = dict(device.consumed_capacity)
     if device.tolerations:
         fields[TOLERATIONS] = [dict(t) for t in device.tolerations]
+    if device.subrequest:
+        fields[SUBREQUEST] = device.subrequest
     return fields
 
 

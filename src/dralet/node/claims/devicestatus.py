@@ -17,9 +17,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dralet.checkpoint.model import DeviceRecord
-from dralet.node.backend import DeviceStatus, PreparedDevice
+from dralet.node.backend import DeviceStatus, NetworkData, PreparedDevice
 
-__all__ = ["MAX_CONDITIONS", "MAX_DATA_BYTES", "DeviceStatusError", "entries"]
+__all__ = [
+    "MAX_CONDITIONS",
+    "MAX_DATA_BYTES",
+    "DeviceStatusError",
+    "entries",
+    "network_data_json",
+]
 
 MAX_CONDITIONS = 8
 MAX_DATA_BYTES = 10 * 1024
@@ -57,8 +63,9 @@ def _conditions(status: DeviceStatus | None, generation: int, now: str) -> list[
     return out
 
 
-def _network(status: DeviceStatus) -> dict[str, Any] | None:
-    network = status.network
+def network_data_json(network: NetworkData | None) -> dict[str, Any] | None:
+    """``networkData`` in API form (as status.devices and device metadata hold it);
+    raises ``DeviceStatusError`` past the API server's limits."""
     if network is None:
         return None
     if len(network.interface_name.encode()) > MAX_INTERFACE_NAME:
@@ -100,7 +107,7 @@ def _entry(
         if size > MAX_DATA_BYTES:
             raise DeviceStatusError(f"data of {size} bytes: at most {MAX_DATA_BYTES}")
         entry["data"] = dict(status.data)
-    network = _network(status)
+    network = network_data_json(status.network)
     if network:
         entry["networkData"] = network
     return entry

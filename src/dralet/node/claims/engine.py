@@ -154,7 +154,7 @@ class ClaimEngine:
         return ClaimView(
             uid,
             record,
-            spec_present=self.specs.exists(uid),
+            spec_present=self.steps.artifacts_present(record, uid),
             boot_id=self.store.boot_id,
             fail_closed=fail_closed,
         )
@@ -318,10 +318,12 @@ class ClaimEngine:
         action name ('' when there was nothing left to do)."""
         record = view.record
         if action is plan.Action.REMOVE_ORPHAN_SPEC:
-            if record is None and await self.steps.spec_io.remove(view.uid):
-                self.metrics.recovery_actions.labels("orphan-spec-removed").inc()
-                return "orphan-spec-removed"
-            return ""
+            if record is not None:
+                return ""
+            removed = await self.steps.remove_orphan_artifacts(view.uid)
+            if removed:
+                self.metrics.recovery_actions.labels(removed).inc()
+            return removed
         if record is None:
             return ""
         if action is plan.Action.REWRITE_SPEC:

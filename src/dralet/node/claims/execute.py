@@ -34,7 +34,7 @@ from dralet.node.backend import (
     PartialPrepareError,
     PreparedDevice,
 )
-from dralet.node.claims import devicestatus, source
+from dralet.node.claims import devicemetadata, devicestatus, source
 from dralet.node.claims.calls import Calls, allocated, result_fields
 from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.store import RecordStore, now_stamp
@@ -49,6 +49,7 @@ FP_AFTER_STARTED = "ledger.prepare.after-started"
 FP_AFTER_FINALIZER = "ledger.prepare.after-finalizer"
 FP_AFTER_DEVICE_RECORDED = "ledger.prepare.after-device-recorded"
 FP_AFTER_BACKEND_PREPARE = "ledger.prepare.after-backend"
+FP_AFTER_METADATA = "ledger.prepare.after-metadata"
 FP_AFTER_SPEC = "ledger.prepare.after-spec"
 FP_AFTER_UNPREPARE_STARTED = "ledger.unprepare.after-started"
 FP_AFTER_RELEASE = "ledger.unprepare.after-release"
@@ -58,6 +59,7 @@ failpoints.declare(
     FP_AFTER_FINALIZER,
     FP_AFTER_DEVICE_RECORDED,
     FP_AFTER_BACKEND_PREPARE,
+    FP_AFTER_METADATA,
     FP_AFTER_SPEC,
     FP_AFTER_UNPREPARE_STARTED,
     FP_AFTER_RELEASE,
@@ -123,6 +125,7 @@ class Steps:
         self.store = store
         self.specs = specs
         self.spec_io = SpecWriter(specs)
+        self.metadata_files = devicemetadata.MetadataFiles(settings.plugin_dir)
         self.calls = calls
         self.metrics = metrics
 
@@ -163,11 +166,21 @@ class Steps:
                         ref.uid, f"backend returned no container edits for device {device.device}"
                     )
             failpoints.hit(FP_AFTER_BACKEND_PREPARE)
-            document = self._build_spec(ref, record.devices, results)
+            metadata: dict[str, str] = {}
+            if self.settings.device_metadata:
+                metadata = devicemetadata.documents(
+                    self.settings.driver_name, ref, record.devices, results, claim
+                )
+                # Before the spec that mounts them: a container never sees a missing file.
+                await asyncio.to_thread(self.metadata_files.write, ref.uid, metadata)
+                failpoints.hit(FP_AFTER_METADATA)
+            document = self._build_spec(ref, record.devices, results, metadata, claim)
             await self.spec_io.write(ref.uid, document)
             failpoints.hit(FP_AFTER_SPEC)
             completed = await self.store.put(
-                record.with_state(ClaimState.PREPARE_COMPLETED, cdi_spec=document)
+                record.with_state(
+                    ClaimState.PREPARE_COMPLETED, cdi_spec=document, device_metadata=metadata
+                )
             )
             if self.settings.write_device_status:
                 await self._write_device_status(ref, completed.devices, results, claim)
@@ -321,26 +334,56 @@ class Steps:
         ref: ClaimRef,
         devices: Sequence[DeviceRecord],
         results: Sequence[PreparedDevice],
+        metadata: Mapping[str, str],
+        claim: Mapping[str, Any] | None,
     ) -> dict[str, Any]:
-        spec = cdi_spec.Spec(
-            kind=self.settings.cdi_kind,
-            devices=tuple(
-                cdi_spec.CDIDevice(name=name, container_edits=edits)
-                for d, r in zip(devices, results, strict=True)
-                for name, edits in zip(
-                    _cdi_names(_cdi_device_name(ref.uid, d), len(r.more_edits)),
-                    (r.edits, *r.more_edits),
-                    strict=True,
-                )
-            ),
+        """The claim's CDI spec: a CDI device per device (and per further edits); the
+        device metadata mounts go with each request's first device."""
+        mounts = devicemetadata.mounts(
+            self.settings.driver_name, ref, devices, list(metadata), self.metadata_files, claim
         )
-        return cdi_spec.to_json(spec)
+        cdi_devices = []
+        for index, (d, r) in enumerate(zip(devices, results, strict=True)):
+            edits = r.edits
+            if index in mounts:
+                edits = edits.merged(cdi_spec.ContainerEdits(mounts=tuple(mounts[index])))
+            names = _cdi_names(_cdi_device_name(ref.uid, d), len(r.more_edits))
+            for name, device_edits in zip(names, (edits, *r.more_edits), strict=True):
+                cdi_devices.append(cdi_spec.CDIDevice(name=name, container_edits=device_edits))
+        return cdi_spec.to_json(
+            cdi_spec.Spec(kind=self.settings.cdi_kind, devices=tuple(cdi_devices))
+        )
+
+    def artifacts_present(self, record: ClaimRecord | None, uid: str) -> bool:
+        """Whether the claim's CDI spec (and its device metadata files, if it has any)
+        are on disk; for a claim without a record, whether any of them is."""
+        if record is None:
+            return self.specs.exists(uid) or self.metadata_files.has_any(uid)
+        if not self.specs.exists(uid):
+            return False
+        return self.metadata_files.present(uid, list(record.device_metadata))
+
+    async def remove_orphan_artifacts(self, uid: str) -> str:
+        """Remove the spec and metadata files of a claim without a record; what was done
+        (``orphan-spec-removed``, ``orphan-metadata-removed`` or nothing)."""
+        spec = await self.spec_io.remove(uid)
+        metadata = self.metadata_files.has_any(uid) and await asyncio.to_thread(
+            self.metadata_files.remove, uid
+        )
+        if spec:
+            return "orphan-spec-removed"
+        return "orphan-metadata-removed" if metadata else ""
 
     async def rewrite_spec(self, record: ClaimRecord, *, expected: bool = False) -> bool:
-        """Rewrite a prepared claim's spec if it vanished; ``expected`` after a reboot,
-        which clears /var/run/cdi (logged at info then, not as a warning)."""
-        if record.cdi_spec is None or self.specs.exists(record.uid):
+        """Rewrite a prepared claim's spec and metadata files if they vanished;
+        ``expected`` after a reboot, which clears /var/run/cdi (logged at info then, not
+        as a warning)."""
+        if record.cdi_spec is None or self.artifacts_present(record, record.uid):
             return False
+        if record.device_metadata:
+            await asyncio.to_thread(
+                self.metadata_files.write, record.uid, dict(record.device_metadata)
+            )
         await self.spec_io.write(record.uid, dict(record.cdi_spec))
         log.log(
             logging.INFO if expected else logging.WARNING,
@@ -382,6 +425,8 @@ class Steps:
         if record.state == ClaimState.UNPREPARE_STARTED:
             # The spec goes first: no container may start with a device being released.
             await self.spec_io.remove(record.uid)
+            if self.metadata_files.has_any(record.uid):
+                await asyncio.to_thread(self.metadata_files.remove, record.uid)
             if not in_process and record.cdi_spec is None:
                 record = await self._recover_states(ref, record)
             await self._release(record)

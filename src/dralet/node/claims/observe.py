@@ -19,6 +19,7 @@ from dralet.cdi import store as cdi_store
 from dralet.checkpoint import database
 from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import Checkpoint, ClaimRecord
+from dralet.node.claims.devicemetadata import MetadataFiles
 from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.node.settings import DriverSettings
 
@@ -48,6 +49,8 @@ class NodeSnapshot:
     """The node's boot ID now; empty when unknown (no reboot is assumed)."""
     corrupt: Mapping[str, str] = field(default_factory=dict)
     """Claim UID → why its record cannot be trusted (that claim alone fails closed)."""
+    metadata: frozenset[str] = frozenset()
+    """Claim UIDs that have device metadata files."""
 
 
 @dataclass(frozen=True)
@@ -126,4 +129,5 @@ async def take_snapshot(
         claims=list(await claims.list_claims()) if claims is not None else None,
         boot_id=read_boot_id(settings),
         corrupt=corrupt,
+        metadata=frozenset(MetadataFiles(settings.plugin_dir).claim_uids()),
     )

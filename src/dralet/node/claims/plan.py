@@ -74,7 +74,7 @@ _REPAIR_TEXT: dict[Action, str] = {
     Action.RETRY_FINALIZER_REMOVAL: "remove the finalizer",
     Action.REWRITE_SPEC: "rewrite the spec from the checkpoint",
     Action.REVALIDATE: "revalidate the devices after the reboot",
-    Action.REMOVE_ORPHAN_SPEC: "remove the spec file",
+    Action.REMOVE_ORPHAN_SPEC: "remove the spec file and device metadata files",
     Action.RELEASE_ORPHAN_DEVICE: "release the device",
     Action.UNPREPARE_STALE: "unprepare the claim",
     Action.RESTORE_FINALIZER: "add the finalizer",
@@ -90,6 +90,7 @@ class Finding:
     ``missing-spec``, ``half-prepared``, ``half-unprepared``, ``finalizer-pending``,
     ``not-revalidated``, ``device-held-twice``, ``orphan-device``, ``device-not-held``,
     ``claim-gone``, ``claim-replaced``, ``claim-moved``, ``claim-deleted-unused``,
+    ``orphan-metadata``,
     ``prepared-without-finalizer``, ``finalizer-without-claim``."""
     subject: str
     """The claim UID, device (``pool/device`` or backend name) or ``checkpoint``."""
@@ -237,6 +238,16 @@ def plan_node(snapshot: NodeSnapshot) -> list[Finding]:
                     "orphan-spec",
                     uid,
                     f"CDI spec for claim {uid} has no checkpoint record",
+                    Action.REMOVE_ORPHAN_SPEC,
+                )
+            )
+    for uid in sorted(snapshot.metadata - set(records) - set(snapshot.corrupt)):
+        if uid not in snapshot.specs:  # else its orphan-spec step removes both
+            found.append(
+                _finding(
+                    "orphan-metadata",
+                    uid,
+                    f"device metadata files for claim {uid} have no checkpoint record",
                     Action.REMOVE_ORPHAN_SPEC,
                 )
             )

@@ -59,6 +59,9 @@ async def recover(engine: ClaimEngine, *, retry_later: bool = True) -> RecoveryR
         engine.specs.ensure_dir()
         for stray in engine.specs.sweep_temp_files():
             report.add("temp-file-removed", stray.name)
+        metadata_root = engine.steps.metadata_files.root
+        for stray in fsutil.sweep_temp_files(metadata_root, recursive=True):
+            report.add("temp-file-removed", str(stray.relative_to(metadata_root)))
     except OSError as exc:
         log.error("cannot tidy the driver's directories yet: %s", exc)  # noqa: TRY400
     try:

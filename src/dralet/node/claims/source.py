@@ -201,6 +201,7 @@ def select_allocation(
         mine.append(
             AllocatedDevice(
                 request=base_request_name(request),
+                subrequest=request.partition("/")[2],
                 pool=str(result["pool"]),
                 device=str(result.get("device", "")),
                 admin_access=bool(result.get("adminAccess", False)),

@@ -1,0 +1,128 @@
+"""What the simulated GPUs offer the scheduler.
+
+Each GPU ``gpu-<i>`` is published whole. With ``partitions: N`` it is also published as
+N equal partitions ``gpu-<i>-part-<j>``, all of them and the whole GPU taking memory from
+the GPU's counter set ``gpu-<i>`` (partitionable devices: the scheduler never hands out
+more than the GPU has). With ``shared: K`` the last K GPUs are shared instead: one device
+that many claims get a share of, each asking for memory under a request policy
+(consumable capacity; each share has a ``shareID`` and its ``consumedCapacity``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import dralet
+from dralet.allocation import quantity
+
+__all__ = ["DeviceName", "Layout"]
+
+_NAME = re.compile(r"^gpu-(\d+)(?:-part-(\d+))?$")
+SHARE_POLICY = dralet.RequestPolicy(
+    default="10Gi", valid_range=dralet.QuantityRange(min="1Gi", step="1Gi")
+)
+"""What one share of a shared GPU may ask for: whole Gi, 10Gi when it names no amount."""
+
+
+@dataclass(frozen=True)
+class DeviceName:
+    """A device name taken apart: the GPU's index, and the partition's (None: whole)."""
+
+    gpu: int
+    partition: int | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    count: int
+    memory: str
+    partitions: int = 0
+    shared: int = 0
+
+    def __post_init__(self) -> None:
+        if self.partitions < 0 or self.shared < 0:
+            raise ValueError("partitions and shared: expected whole numbers >= 0")
+        if self.shared > self.count:
+            raise ValueError(f"shared: {self.shared} GPUs, but there are {self.count}")
+        if self.partitions and quantity.parse_quantity(self.memory) % self.partitions:
+            raise ValueError(f"{self.memory} of memory does not split into {self.partitions}")
+
+    def is_shared(self, gpu: int) -> bool:
+        return gpu >= self.count - self.shared
+
+    def is_partitioned(self, gpu: int) -> bool:
+        return self.partitions > 0 and not self.is_shared(gpu)
+
+    @property
+    def partition_memory(self) -> str:
+        share = quantity.parse_quantity(self.memory) / self.partitions
+        for suffix, unit in (("Gi", 2**30), ("Mi", 2**20)):
+            if share % unit == 0:
+                return f"{share // unit}{suffix}"
+        return quantity.format_quantity(share)
+
+    def parse(self, device: str) -> DeviceName | None:
+        """The device's GPU and partition, or None when this node publishes no such device."""
+        match = _NAME.match(device)
+        if match is None:
+            return None
+        gpu = int(match[1])
+        part = None if match[2] is None else int(match[2])
+        if gpu >= self.count:
+            return None
+        if part is not None and (not self.is_partitioned(gpu) or part >= self.partitions):
+            return None
+        return DeviceName(gpu, part)
+
+    def counter_sets(self) -> list[dralet.CounterSet]:
+        return [
+            dralet.CounterSet(name=f"gpu-{i}", counters={"memory": self.memory})
+            for i in range(self.count)
+            if self.is_partitioned(i)
+        ]
+
+    def devices(self, *, uuid_of: Callable[[str], str], model: str) -> Sequence[dralet.Device]:
+        devices: list[dralet.Device] = []
+        for i in range(self.count):
+            attributes: dict[str, dralet.AttributeValue] = {
+                "uuid": uuid_of(f"gpu-{i}"),
+                "model": model,
+                "index": i,
+                "driverVersion": dralet.Version("1.0.0"),
+            }
+            if self.is_shared(i):
+                devices.append(
+                    dralet.Device(
+                        name=f"gpu-{i}",
+                        attributes=attributes,
+                        capacity={"memory": dralet.Capacity(self.memory, SHARE_POLICY)},
+                        allow_multiple_allocations=True,
+                    )
+                )
+                continue
+            whole = self._consumes(i, self.memory) if self.is_partitioned(i) else ()
+            devices.append(
+                dralet.Device(
+                    name=f"gpu-{i}",
+                    attributes=attributes,
+                    capacity={"memory": self.memory},
+                    consumes_counters=whole,
+                )
+            )
+            for j in range(self.partitions if self.is_partitioned(i) else 0):
+                name = f"gpu-{i}-part-{j}"
+                devices.append(
+                    dralet.Device(
+                        name=name,
+                        attributes={**attributes, "uuid": uuid_of(name), "partition": j},
+                        capacity={"memory": self.partition_memory},
+                        consumes_counters=self._consumes(i, self.partition_memory),
+                    )
+                )
+        return devices
+
+    @staticmethod
+    def _consumes(gpu: int, memory: str) -> tuple[dralet.CounterConsumption, ...]:
+        return (dralet.CounterConsumption(counter_set=f"gpu-{gpu}", counters={"memory": memory}),)
