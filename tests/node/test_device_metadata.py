@@ -18,13 +18,14 @@ import dralet
 from dralet.cdi import store as cdi_store
 from dralet.node.claims.devicemetadata import MetadataFiles
 from dralet.testing import MemoryClaims, allocated_claim, node_settings, running_node
+from tests.node.quietbackend import QuietBackend
 
 DRIVER = "gpu.example.com"
 UID = "5d6f0e3a-2222-4a2b-8c3d-000000000020"
 CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 
 
-class WithMetadata:
+class WithMetadata(QuietBackend):
     """Three GPUs; each prepared device reports a model attribute, a NIC its network."""
 
     def __init__(self) -> None:
@@ -53,15 +54,6 @@ class WithMetadata:
     ) -> None:
         assert self.files is not None
         self.released_with_files.append(self.files.has_any(str(allocation.claim.uid)))
-
-    def devices_in_use(self) -> dict[str, list[str]]:
-        return {}
-
-    def survives_reboot(self, device: dralet.AllocatedDevice, state: Mapping[str, Any]) -> bool:
-        return True
-
-    def health(self) -> dict[str, dralet.DeviceHealth]:
-        return {}
 
 
 def setup(

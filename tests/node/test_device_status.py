@@ -16,6 +16,7 @@ import pytest
 import dralet
 from dralet.node.claims import devicestatus
 from dralet.testing import MemoryClaims, allocated_claim, node_settings, running_node
+from tests.node.quietbackend import QuietBackend
 
 DRIVER = "gpu.example.com"
 FINALIZER = f"{DRIVER}/prepared"
@@ -23,7 +24,7 @@ UID = "5d6f0e3a-1111-4a2b-8c3d-000000000010"
 OTHER = {"driver": "net.example.com", "pool": "node-1", "device": "nic-0", "conditions": []}
 
 
-class WithStatus:
+class WithStatus(QuietBackend):
     """Two devices; ``status`` is what each prepared device reports."""
 
     def __init__(self, status: dralet.DeviceStatus | None = None) -> None:
@@ -42,15 +43,6 @@ class WithStatus:
         self, allocation: dralet.ClaimAllocation, states: Sequence[Mapping[str, Any]]
     ) -> None:
         return None
-
-    def devices_in_use(self) -> dict[str, list[str]]:
-        return {}
-
-    def survives_reboot(self, device: dralet.AllocatedDevice, state: Mapping[str, Any]) -> bool:
-        return True
-
-    def health(self) -> dict[str, dralet.DeviceHealth]:
-        return {}
 
 
 def setup(tmp: Path, *, write: bool = True) -> tuple[dralet.DriverSettings, MemoryClaims, Any]:

@@ -12,13 +12,14 @@ from typing import Any
 
 import dralet
 from dralet.testing import MemoryClaims, allocated_claim, node_settings, running_node
+from tests.node.quietbackend import QuietBackend
 
 DRIVER = "gpu.example.com"
 UID = "5d6f0e3a-1111-4a2b-8c3d-000000000001"
 SHARE = "7a1c2f4e-2222-4b3c-9d4e-000000000002"
 
 
-class Recording:
+class Recording(QuietBackend):
     """A shared device (consumable capacity) that records what each call saw."""
 
     def __init__(self) -> None:
@@ -36,15 +37,6 @@ class Recording:
         self, allocation: dralet.ClaimAllocation, states: Sequence[Mapping[str, Any]]
     ) -> None:
         self.released += allocation.devices
-
-    def devices_in_use(self) -> dict[str, list[str]]:
-        return {}
-
-    def survives_reboot(self, device: dralet.AllocatedDevice, state: Mapping[str, Any]) -> bool:
-        return True
-
-    def health(self) -> dict[str, dralet.DeviceHealth]:
-        return {}
 
 
 async def test_release_after_a_restart_sees_the_device_as_prepare_did(short_tmp: Path) -> None:

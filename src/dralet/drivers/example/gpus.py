@@ -61,13 +61,20 @@ class SimulatedGPUs:
         self.count = count
         self.model = model
         self.memory = memory
-        self.layout = Layout(count, memory, partitions=partitions, shared=shared)
+        self.partitions = partitions
+        self.shared = shared
+        Layout(count, memory, partitions=partitions, shared=shared)  # refuses a bad one now
         self.prepare_delay = dict(prepare_delay or {})
         self._survives_reboot = survives_reboot
         self._state_path = state_dir / "gpus.json"
         self._health_path = state_dir / "health.json"
         self._lock = dralet.FileLock(state_dir / "gpus.lock")
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    @property
+    def layout(self) -> Layout:
+        """Computed each time: a test (or hot plug) may change ``count``."""
+        return Layout(self.count, self.memory, partitions=self.partitions, shared=self.shared)
 
     def gpu_uuid(self, index: int) -> str:
         return self.device_uuid(f"gpu-{index}")
