@@ -1,4 +1,6 @@
-"""The stand-in's own suite: only the stand-in backends of tests/kubefixtures.py."""
+"""The stand-in's own suite: the stand-in backends of tests/kubefixtures.py, and the
+stand-in playing the current release (1.37), which the other suites meet as the real
+kube-apiserver instead."""
 
 from collections.abc import AsyncIterator
 
@@ -7,10 +9,12 @@ import pytest
 from dralet.apiserver import ApiServer
 from tests.kubefixtures import KUBERNETES_VERSIONS, client, metrics
 
-__all__ = ["KUBERNETES_VERSIONS", "apiserver", "client", "metrics"]
+__all__ = ["KUBERNETES_VERSIONS", "STAND_IN_VERSIONS", "apiserver", "client", "metrics"]
+
+STAND_IN_VERSIONS = [*KUBERNETES_VERSIONS, "1.37"]
 
 
-@pytest.fixture(params=KUBERNETES_VERSIONS)
+@pytest.fixture(params=STAND_IN_VERSIONS)
 async def apiserver(request: pytest.FixtureRequest) -> AsyncIterator[ApiServer]:
     async with ApiServer(kubernetes_version=request.param) as server:
         yield server

