@@ -69,6 +69,9 @@ _SCHEMA = (
 )
 _BUSY_TIMEOUT_MS = 30_000
 _COMPANIONS = ("-wal", "-shm")
+_READ_CHUNK = 500
+"""Claims read in one query (SQLite allows 32,766 parameters; small chunks keep each
+statement cheap to prepare)."""
 
 
 def row_checksum(uid: str, data: str) -> str:
@@ -306,6 +309,25 @@ class RecordDatabase:
             return decode_row(uid, rows[0][0], rows[0][1]), ""
         except codec.CodecError as exc:
             return None, f"record of claim {uid} is unusable: {exc}"
+
+    def read_many(self, uids: Sequence[str]) -> dict[str, tuple[ClaimRecord | None, str]]:
+        """``read`` of several claims in one query per ``_READ_CHUNK`` of them."""
+        absent = self._absent()
+        if absent is not None:
+            return {uid: (absent.checkpoint.claims.get(uid), "") for uid in uids}
+        found: dict[str, tuple[ClaimRecord | None, str]] = dict.fromkeys(uids, (None, ""))
+        unique = list(found)
+        for start in range(0, len(unique), _READ_CHUNK):
+            chunk = unique[start : start + _READ_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            sql = f"SELECT uid, data, checksum FROM claims WHERE uid IN ({marks})"  # noqa: S608 - only placeholders
+            for uid, data, checksum in self._query(sql, chunk):
+                key = str(uid)
+                try:
+                    found[key] = (decode_row(key, data, checksum), "")
+                except codec.CodecError as exc:
+                    found[key] = (None, f"record of claim {key} is unusable: {exc}")
+        return found
 
     def snapshot(self) -> Snapshot:
         absent = self._absent()

@@ -54,9 +54,10 @@ class PrepareOutcome:
     error: str = ""
 
 
-@dataclass
+@dataclass(eq=False)
 class _Call:
-    """One RPC's claims, answered before ``deadline`` (monotonic seconds)."""
+    """One RPC's claims, answered before ``deadline`` (monotonic seconds). Compared and
+    hashed by identity: it is the key of its turn in ``FairSlots``."""
 
     operation: str
     refs: Sequence[ClaimRef]
@@ -137,17 +138,18 @@ class ClaimEngine:
         self.metrics.checkpoint_errors.labels("corrupt").inc()
         log.error("claim store unusable, failing closed: %s", self.mode.fail_closed)
 
-    def observe(self, uid: str) -> ClaimView:
+    async def observe(self, uid: str) -> ClaimView:
         """One claim as it is now (call with its lock held). Never writes.
 
         A record that fails its checksum makes this claim alone fail closed; a store
-        that cannot be read at all makes the whole node fail closed.
+        that cannot be read at all makes the whole node fail closed. Claims observed in
+        the same turn of the event loop are read in one query.
         """
         record = None
         fail_closed = self.mode.fail_closed
         if not fail_closed:
             try:
-                record, fail_closed = self.store.record(uid)
+                record, fail_closed = await self.store.record_now(uid)
             except errors.CheckpointCorruptError as exc:
                 self.enter_fail_closed(exc)
                 fail_closed = self.mode.fail_closed
@@ -280,7 +282,7 @@ class ClaimEngine:
                 await asyncio.sleep(exc.delay)
 
     async def _prepare_planned(self, ref: ClaimRef) -> PrepareOutcome:
-        view = self.observe(ref.uid)
+        view = await self.observe(ref.uid)
         for action in plan.plan_prepare(view):
             if action is plan.Action.ANSWER_PREPARED:
                 assert view.record is not None
@@ -302,7 +304,7 @@ class ClaimEngine:
 
     async def _unprepare_claim(self, ref: ClaimRef, deadline: float) -> PrepareOutcome:
         async with self.store.claim_lock(ref.uid):
-            view = self.observe(ref.uid)
+            view = await self.observe(ref.uid)
             for action in plan.plan_unprepare(view):
                 if action is plan.Action.UNPREPARE_FROM_PROOF:
                     await self.steps.unprepare_from_proof(ref)

@@ -162,7 +162,7 @@ async def _run_finding(
         if finding.kind == "invalid-spec" and action is plan.Action.REWRITE_SPEC:
             # Unlinked (as unprepare unlinks specs), then rewritten from the record.
             await engine.steps.spec_io.remove(finding.subject)
-        view = engine.observe(finding.subject)
+        view = await engine.observe(finding.subject)
         # Planned again under the lock: the finding may be out of date by now.
         if action is plan.Action.UNPREPARE_STALE:
             if view.record is None:
@@ -242,7 +242,7 @@ async def collect_stale(
     for uid, record in records:
         if record.state == ClaimState.RELEASED:
             async with engine.store.claim_lock(uid):
-                view = engine.observe(uid)
+                view = await engine.observe(uid)
                 for step in plan.plan_settle(view):
                     await engine.run_step(step, view, reason="finalizer removal retried")
             continue
@@ -265,7 +265,7 @@ async def collect_stale(
         if not force and current - first_seen < engine.settings.stale_claim_grace:
             continue
         async with engine.store.claim_lock(uid):
-            view = engine.observe(uid)
+            view = await engine.observe(uid)
             if view.record is None:
                 continue
             log.warning(

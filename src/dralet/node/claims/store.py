@@ -58,6 +58,7 @@ class RecordStore:
         self._claim_locks: dict[str, asyncio.Lock] = {}
         self._node_locks = fsutil.KeyedLocks(settings.claim_lock_path)
         self._dir_ready = False
+        self._pending_reads: list[tuple[str, asyncio.Future[tuple[ClaimRecord | None, str]]]] = []
 
     # ------------------------------------------------------------------ reading
 
@@ -67,6 +68,30 @@ class RecordStore:
         Raises ``CheckpointCorruptError`` when the store as a whole is unusable.
         """
         return self.db.read(uid)
+
+    async def record_now(self, uid: str) -> tuple[ClaimRecord | None, str]:
+        """``record``, read in one query with the reads other claims ask for in the same
+        turn of the event loop (a 1,000-claim call, recovery): call it with the claim's
+        lock held, so the read comes after the lock, as ``record`` would."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[ClaimRecord | None, str]] = loop.create_future()
+        if not self._pending_reads:
+            loop.call_soon(self._read_pending)
+        self._pending_reads.append((uid, future))
+        return await future
+
+    def _read_pending(self) -> None:
+        pending, self._pending_reads = self._pending_reads, []
+        try:
+            found = self.db.read_many([uid for uid, _ in pending])
+        except Exception as exc:  # noqa: BLE001 - every reader gets the store's error
+            for _, future in pending:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for uid, future in pending:
+            if not future.done():
+                future.set_result(found[uid])
 
     def open(self) -> Snapshot:
         """Create the database if needed (taking over ``checkpoint.json``); every record."""
