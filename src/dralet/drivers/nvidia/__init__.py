@@ -1,0 +1,1 @@
+"""NVIDIA GPUs through NVML: ``dralet run --driver nvidia``."""

@@ -1,0 +1,57 @@
+"""``dralet run --driver nvidia`` (entry point ``nvidia``).
+
+Options (``--driver-option KEY=VALUE`` or the ``--driver-config`` YAML file)::
+
+    devRoot: /          # --driver-option dev-root=/host: where the host's /dev is seen
+
+NVML comes from ``nvidia-ml-py`` (``pip install 'dralet[nvidia]'``), which loads the
+node's ``libnvidia-ml.so``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dralet
+from dralet.drivers.nvidia.backend import NvidiaGpus
+from dralet.drivers.nvidia.nvml import Nvml
+
+__all__ = ["factory", "nvidia_gpus"]
+
+_KEYS = {"dev-root": "devRoot"}
+
+
+def nvidia_gpus(
+    settings: dralet.Settings, config: dralet.DriverConfig, *, library: Any
+) -> NvidiaGpus:
+    """The backend over ``library`` (pynvml, or anything with its functions)."""
+    values = config.load()
+    unknown = sorted(set(values) - set(_KEYS.values())) + sorted(set(config.options) - set(_KEYS))
+    if unknown:
+        raise dralet.DriverLoadError(
+            f"nvidia: unknown setting(s) {', '.join(unknown)} (known: {', '.join(_KEYS)})"
+        )
+    for option, key in _KEYS.items():
+        if option in config.options:
+            values[key] = config.options[option]
+    dev_root = Path(str(values.get("devRoot", "/")))
+    if not dev_root.is_absolute():
+        raise dralet.DriverLoadError(f"nvidia: devRoot {dev_root}: must be an absolute path")
+    return NvidiaGpus(
+        Nvml(library),
+        store_path=settings.driver.store_path,
+        legacy_path=settings.driver.checkpoint_path,
+        dev_root=dev_root,
+    )
+
+
+def factory(settings: dralet.Settings, config: dralet.DriverConfig) -> NvidiaGpus:
+    """``dralet.BackendFactory`` of the NVIDIA driver."""
+    try:
+        import pynvml
+    except ImportError:
+        raise dralet.DriverLoadError(
+            "the nvidia driver needs nvidia-ml-py: pip install 'dralet[nvidia]'"
+        ) from None
+    return nvidia_gpus(settings, config, library=pynvml)
