@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import dralet
-from dralet import errors
-from dralet.checkpoint import database
+from dralet.drivers.heldrecords import HeldRecords
 from dralet.drivers.hostdev import nodes
 from dralet.drivers.hostdev.config import HostdevConfig
 from dralet.drivers.hostdev.watch import NodeEvents
@@ -54,8 +53,7 @@ class HostDevices:
         self, config: HostdevConfig, *, store_path: Path, legacy_path: Path | None = None
     ) -> None:
         self.config = config
-        self._store_path = store_path
-        self._legacy_path = legacy_path
+        self.records = HeldRecords(store_path, legacy_path, driver="hostdev")
         self._lock = threading.Lock()
         self._reported: set[str] = set()
         self._watch_task: asyncio.Task[None] | None = None
@@ -73,30 +71,13 @@ class HostDevices:
                     log.warning("hostdev: %s", problem)
         return discovery.devices
 
-    def _holders(self) -> dict[str, list[tuple[str, Mapping[str, Any]]]]:
-        """Device → (claim UID, recorded state) of every claim whose record holds it."""
-        try:
-            snapshot = database.read_only_snapshot(self._store_path, self._legacy_path)
-        except errors.CheckpointCorruptError as exc:
-            # The framework fails closed on the same records; nothing to add from here.
-            log.warning("hostdev: claim records unreadable: %s", exc)
-            return {}
-        holders: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-        for uid, record in snapshot.checkpoint.claims.items():
-            if not record.holds_devices:
-                continue
-            for device in record.devices:
-                state = device.backend_state.get("preparedState") or {}
-                holders.setdefault(device.device, []).append((uid, state))
-        return holders
-
     # ------------------------------------------------------------------ ClaimBackend
 
     def devices(self) -> list[dralet.Device]:
         """The devices found, and any device a claim still holds that has gone."""
         found = self.scan()
         published = [self._device(found[name]) for name in sorted(found)]
-        for name, holders in sorted(self._holders().items()):
+        for name, holders in sorted(self.records.holders().items()):
             if name not in found:
                 published.append(_gone_device(name, holders))
         return published
@@ -157,11 +138,7 @@ class HostDevices:
 
     def devices_in_use(self) -> dict[str, str | Collection[str]]:
         """From dralet's claim records (this backend has no hardware state of its own)."""
-        in_use: dict[str, str | Collection[str]] = {}
-        for name, holders in self._holders().items():
-            uids = sorted({uid for uid, _ in holders})
-            in_use[name] = uids[0] if len(uids) == 1 else uids
-        return in_use
+        return self.records.devices_in_use()
 
     def survives_reboot(self, device: dralet.AllocatedDevice, state: Mapping[str, Any]) -> bool:
         """Still prepared when the same node (type, major, minor) is at the same path."""
@@ -170,7 +147,7 @@ class HostDevices:
     def health(self) -> dict[str, dralet.DeviceHealth]:
         """Healthy while present; a held device whose node went (or changed) is not."""
         health = {name: dralet.DeviceHealth(dralet.HealthStatus.HEALTHY) for name in self.scan()}
-        for name, holders in self._holders().items():
+        for name, holders in self.records.holders().items():
             for uid, state in holders:
                 if state and not _still_there(state):
                     path = (state.get("node") or {}).get("path", "?")

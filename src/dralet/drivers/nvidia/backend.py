@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import dralet
-from dralet import errors
-from dralet.checkpoint import database
+from dralet.drivers.heldrecords import HeldRecords
 from dralet.drivers.nvidia.nvml import Gpu, Nvml, NvmlError
 
 __all__ = ["CONTROL_NODES", "NvidiaGpus", "semantic_version"]
@@ -72,8 +71,7 @@ class NvidiaGpus:
     ) -> None:
         self.nvml = nvml
         self.dev_root = dev_root
-        self._store_path = store_path
-        self._legacy_path = legacy_path
+        self.records = HeldRecords(store_path, legacy_path, driver="nvidia")
         self._reported = ""
         """The last NVML failure logged (each new one is logged once)."""
 
@@ -87,21 +85,6 @@ class NvidiaGpus:
     def _driver_version(self) -> dralet.Version | None:
         with self.nvml.session() as nvml:
             return semantic_version(nvml.driver_version())
-
-    def _holders(self) -> dict[str, list[tuple[str, Mapping[str, Any]]]]:
-        """Device → (claim UID, recorded state) of every claim whose record holds it."""
-        try:
-            snapshot = database.read_only_snapshot(self._store_path, self._legacy_path)
-        except errors.CheckpointCorruptError as exc:
-            log.warning("nvidia: claim records unreadable: %s", exc)
-            return {}
-        holders: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-        for uid, record in snapshot.checkpoint.claims.items():
-            if record.holds_devices:
-                for device in record.devices:
-                    state = device.backend_state.get("preparedState") or {}
-                    holders.setdefault(device.device, []).append((uid, state))
-        return holders
 
     def _host(self, path: str) -> Path:
         return self.dev_root / path.lstrip("/")
@@ -170,11 +153,7 @@ class NvidiaGpus:
 
     def devices_in_use(self) -> dict[str, str | Collection[str]]:
         """From dralet's claim records (whole GPUs leave no hardware state)."""
-        in_use: dict[str, str | Collection[str]] = {}
-        for name, holders in self._holders().items():
-            uids = sorted({uid for uid, _ in holders})
-            in_use[name] = uids[0] if len(uids) == 1 else uids
-        return in_use
+        return self.records.devices_in_use()
 
     def survives_reboot(self, device: dralet.AllocatedDevice, state: Mapping[str, Any]) -> bool:
         """Still prepared when the same GPU (UUID) answers to the same device name."""
@@ -192,11 +171,11 @@ class NvidiaGpus:
                 log.warning("nvidia: GPUs cannot be read: %s", reason)
             return {
                 name: dralet.DeviceHealth(dralet.HealthStatus.UNKNOWN, reason)
-                for name in self._holders()
+                for name in self.records.holders()
             }
         self._reported = ""
         health = {name: dralet.DeviceHealth(dralet.HealthStatus.HEALTHY) for name in found}
-        for name, holders in self._holders().items():
+        for name, holders in self.records.holders().items():
             for _, state in holders:
                 gpu = found.get(name)
                 if state and (gpu is None or gpu.uuid != state.get("uuid")):
