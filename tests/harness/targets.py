@@ -11,6 +11,9 @@ each device for, independently of the driver's own answers:
   the driver), so the run's own checks (a claim the kubelet unprepared is gone, no
   device prepared for two claims) judge the records and the CDI specs; the nodes
   themselves must come out of every run untouched.
+- ``nvidia``: the NVIDIA driver over the tests' fake NVML (a DGX H100) and device nodes
+  made with mknod under NVIDIA's names; like hostdev it holds nothing in hardware, so
+  the records and specs are judged, and the nodes must come out untouched.
 """
 
 from __future__ import annotations
@@ -23,10 +26,15 @@ from typing import Any, ClassVar, Protocol
 
 from dralet.drivers.example import SimulatedGPUs
 from dralet.drivers.hostdev import HostDevices, load_config
+from dralet.drivers.nvidia.backend import NvidiaGpus
+from dralet.drivers.nvidia.nvml import Nvml
 from dralet.node.settings import DriverSettings
 from dralet.testing.strict import StrictBackend
 
-__all__ = ["TARGETS", "CrashTarget", "ExampleTarget", "HostdevTarget"]
+__all__ = ["TARGETS", "CrashTarget", "ExampleTarget", "HostdevTarget", "NvidiaTarget"]
+
+REPO = Path(__file__).resolve().parent.parent.parent
+FAKE_NVML = "tests.nvidia.fakenvml:FakeNvml"
 
 
 class CrashTarget(Protocol):
@@ -163,7 +171,69 @@ class HostdevTarget:
         return broken
 
 
-TARGETS: dict[str, type[ExampleTarget] | type[HostdevTarget]] = {
+class NvidiaTarget:
+    driver_name: ClassVar[str] = "gpu.nvidia.com"
+    supports_strict: ClassVar[bool] = False
+    NODES: ClassVar[tuple[str, ...]] = (
+        *(f"nvidia{i}" for i in range(8)),
+        "nvidiactl",
+        "nvidia-uvm",
+        "nvidia-uvm-tools",
+    )
+    """The nodes of the fake NVML's eight GPUs and the control nodes, all /dev/null's
+    numbers (harmless if a container ever opened one)."""
+
+    def __init__(self, settings: DriverSettings, *, strict: bool = False) -> None:
+        self.settings = settings
+        self._nodes: dict[Path, tuple[int, int]] = {}
+
+    def _root(self, root: Path) -> Path:
+        return root / "nvidia"
+
+    def setup(self, root: Path, devices: int) -> list[str]:
+        if devices > 8:
+            raise ValueError("nvidia crash runs play a DGX H100: at most 8 GPUs")
+        dev = self._root(root) / "dev"
+        dev.mkdir(parents=True, exist_ok=True)
+        null = os.stat("/dev/null").st_rdev
+        for name in self.NODES:
+            os.mknod(dev / name, stat.S_IFCHR | 0o640, null)
+            self._nodes[dev / name] = (null, stat.S_IFCHR | 0o640)
+        return [f"gpu-{i}" for i in range(devices)]
+
+    def driver_args(self, root: Path) -> list[str]:
+        return [
+            *("--driver", "nvidia"),
+            *("--driver-option", f"dev-root={self._root(root)}"),
+            *("--driver-option", f"nvml-library={FAKE_NVML}"),
+        ]
+
+    def env(self, root: Path) -> dict[str, str]:
+        return {"PYTHONPATH": str(REPO)}
+
+    def backend(self, root: Path) -> NvidiaGpus:
+        from tests.nvidia.fakenvml import FakeNvml
+
+        return NvidiaGpus(
+            Nvml(FakeNvml()),
+            store_path=self.settings.store_path,
+            legacy_path=self.settings.checkpoint_path,
+            dev_root=self._root(root),
+        )
+
+    def in_use(self, root: Path) -> dict[str, str]:
+        return _one_holder(self.backend(root).devices_in_use())
+
+    def violations(self, root: Path) -> list[str]:
+        return [
+            f"the driver changed device node {path}"
+            for path, (rdev, mode) in self._nodes.items()
+            if (os.lstat(path).st_rdev, os.lstat(path).st_mode) != (rdev, mode)
+        ]
+
+
+TARGETS: dict[str, type[ExampleTarget] | type[HostdevTarget] | type[NvidiaTarget]] = {
     "example": ExampleTarget,
     "hostdev": HostdevTarget,
+    "nvidia": NvidiaTarget,
 }

@@ -182,3 +182,26 @@ def test_the_factory_takes_a_dev_root(tmp_path: Path) -> None:
     settings = dralet.Settings(node_settings(tmp_path / "node", driver_name=DRIVER))
     config = dralet.DriverConfig(options={"dev-root": "/host"})
     assert nvidia_gpus(settings, config, library=FakeNvml()).dev_root == Path("/host")
+
+
+def test_another_binding_is_named_by_module_and_name(tmp_path: Path) -> None:
+    settings = dralet.Settings(node_settings(tmp_path / "node", driver_name=DRIVER))
+    config = dralet.DriverConfig(options={"nvml-library": "tests.nvidia.fakenvml:FakeNvml"})
+    assert len(factory(settings, config).devices()) == 8
+
+
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [
+        ("tests.nvidia.fakenvml", "expected MODULE:NAME"),
+        ("tests.nvidia.fakenvml:Missing", "has no attribute 'Missing'"),
+        ("no_such_module:x", "No module named 'no_such_module'"),
+    ],
+)
+def test_a_binding_that_cannot_be_loaded_is_one_clear_error(
+    tmp_path: Path, target: str, problem: str
+) -> None:
+    settings = dralet.Settings(node_settings(tmp_path / "node", driver_name=DRIVER))
+    config = dralet.DriverConfig(options={"nvml-library": target})
+    with pytest.raises(dralet.DriverLoadError, match=f"nvmlLibrary {target}: .*{problem}"):
+        factory(settings, config)

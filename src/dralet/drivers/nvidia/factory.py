@@ -3,13 +3,16 @@
 Options (``--driver-option KEY=VALUE`` or the ``--driver-config`` YAML file)::
 
     devRoot: /          # --driver-option dev-root=/host: where the host's /dev is seen
+    nvmlLibrary: pynvml # --driver-option nvml-library=MODULE:NAME, another binding
 
 NVML comes from ``nvidia-ml-py`` (``pip install 'dralet[nvidia]'``), which loads the
-node's ``libnvidia-ml.so``.
+node's ``libnvidia-ml.so``; ``nvmlLibrary`` names any other object with pynvml's
+functions (a class is instantiated without arguments).
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from dralet.drivers.nvidia.nvml import Nvml
 
 __all__ = ["factory", "nvidia_gpus"]
 
-_KEYS = {"dev-root": "devRoot"}
+_KEYS = {"dev-root": "devRoot", "nvml-library": "nvmlLibrary"}
 
 
 def nvidia_gpus(
@@ -46,10 +49,24 @@ def nvidia_gpus(
     )
 
 
+def _library(target: str) -> Any:
+    module_name, _, name = target.partition(":")
+    try:
+        library = getattr(importlib.import_module(module_name), name) if name else None
+    except (ImportError, AttributeError) as exc:
+        raise dralet.DriverLoadError(f"nvidia: nvmlLibrary {target}: {exc}") from None
+    if library is None:
+        raise dralet.DriverLoadError(f"nvidia: nvmlLibrary {target}: expected MODULE:NAME")
+    return library() if isinstance(library, type) else library
+
+
 def factory(settings: dralet.Settings, config: dralet.DriverConfig) -> NvidiaGpus:
     """``dralet.BackendFactory`` of the NVIDIA driver."""
+    target = config.options.get("nvml-library") or config.load().get("nvmlLibrary")
+    if target:
+        return nvidia_gpus(settings, config, library=_library(str(target)))
     try:
-        import pynvml
+        import pynvml  # only the NVIDIA driver needs it
     except ImportError:
         raise dralet.DriverLoadError(
             "the nvidia driver needs nvidia-ml-py: pip install 'dralet[nvidia]'"
