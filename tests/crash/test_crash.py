@@ -25,10 +25,8 @@ SECONDS_PER_RUN_BUDGET = 3.0
 """Generous wall time per run for the campaign's timeout (measured: about 0.45 s each)."""
 CAMPAIGN_TIMEOUT = max(900, int(crash.CrashSettings.from_env().runs * SECONDS_PER_RUN_BUDGET))
 SHOWN_FAILURES = 5
-HOSTDEV_ROUNDS = 4
-"""CI size on hostdev: every failpoint armed four times."""
-NVIDIA_ROUNDS = 4
-"""CI size on nvidia: every failpoint armed four times."""
+NODE_ROUNDS = 4
+"""CI size on the device-node drivers: every failpoint armed four times."""
 
 
 def test_failpoints_are_scheduled_round_robin() -> None:
@@ -85,32 +83,19 @@ def _can_mknod(directory: Path) -> bool:
 
 
 @pytest.mark.timeout(CAMPAIGN_TIMEOUT)
-async def test_crash_runs_on_hostdev(short_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The same campaign against the hostdev driver over device nodes made for the run."""
+@pytest.mark.parametrize("target", ["hostdev", "nvidia"])
+async def test_crash_runs_on_device_nodes(
+    short_tmp: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    """The same campaign against the drivers that hand out device nodes made for the run:
+    hostdev, and the NVIDIA driver over the fake NVML."""
     if not _can_mknod(short_tmp):
         pytest.skip("making device nodes needs CAP_MKNOD")
-    settings = crash.CrashSettings.from_env(runs=HOSTDEV_ROUNDS * len(crash.declared_failpoints()))
-    settings = dataclasses.replace(settings, target="hostdev")
+    settings = crash.CrashSettings.from_env(runs=NODE_ROUNDS * len(crash.declared_failpoints()))
+    settings = dataclasses.replace(settings, target=target)
     report = await crash.run_many(settings, root=short_tmp / "crash")
     with capsys.disabled():
-        print(f"\nhostdev: {report.summary()}\n{report.coverage_table()}")
-    failures = "\n\n".join(r.describe(settings) for r in report.failed[:SHOWN_FAILURES])
-    assert not report.failed, f"{len(report.failed)} runs broke an invariant:\n{failures}"
-    if settings.runs >= len(report.known):
-        assert report.never_reached == []
-        assert report.never_killed == [], "armed round-robin, yet these never fired"
-
-
-@pytest.mark.timeout(CAMPAIGN_TIMEOUT)
-async def test_crash_runs_on_nvidia(short_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The same campaign against the NVIDIA driver over the fake NVML."""
-    if not _can_mknod(short_tmp):
-        pytest.skip("making device nodes needs CAP_MKNOD")
-    settings = crash.CrashSettings.from_env(runs=NVIDIA_ROUNDS * len(crash.declared_failpoints()))
-    settings = dataclasses.replace(settings, target="nvidia")
-    report = await crash.run_many(settings, root=short_tmp / "crash")
-    with capsys.disabled():
-        print(f"\nnvidia: {report.summary()}\n{report.coverage_table()}")
+        print(f"\n{target}: {report.summary()}\n{report.coverage_table()}")
     failures = "\n\n".join(r.describe(settings) for r in report.failed[:SHOWN_FAILURES])
     assert not report.failed, f"{len(report.failed)} runs broke an invariant:\n{failures}"
     if settings.runs >= len(report.known):

@@ -421,6 +421,14 @@ async def scheduler_verdicts(
     return verdicts, claims
 
 
+def _simulate(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``dralet simulate`` as the cluster's scheduler runs: its release, its gates."""
+    command = [sys.executable, "-m", "dralet.cli.main", "simulate", "-k", TARGET, *GATES, *args]
+    return subprocess.run(
+        [*command, str(path)], capture_output=True, text=True, check=False, timeout=60
+    )
+
+
 def simulate_verdicts(
     parts: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> tuple[dict[str, bool], dict[str, Picked | None]]:
@@ -430,24 +438,7 @@ def simulate_verdicts(
             [_class(), *parts["slices"], *parts["rules"], *parts["claims"], *parts["pods"]]
         )
     )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dralet.cli.main",
-            "simulate",
-            "-k",
-            TARGET,
-            *GATES,
-            "-o",
-            "json",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    out = _simulate(path, "-o", "json")
     assert out.returncode in (0, 1), out.stderr
     report = json.loads(out.stdout)
     verdicts = {p["name"]: p["status"] == "scheduled" for p in report["pods"]}
@@ -547,13 +538,6 @@ async def test_simulate_agrees_with_kube_scheduler(
 
 
 ATTACHED = "dra.example.com/attached"
-
-
-def _simulate(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "dralet.cli.main", "simulate", "-k", TARGET, *args]
-    return subprocess.run(
-        [*command, str(path)], capture_output=True, text=True, check=False, timeout=60
-    )
 
 
 def _binding_slices(node: str) -> list[dict[str, Any]]:

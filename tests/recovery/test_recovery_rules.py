@@ -113,7 +113,7 @@ async def test_device_in_use_without_a_record_is_released(tmp_path: Path) -> Non
     a = node.add_claim("a", "gpu-0")
     await node.prepare(a)
     lost = "11111111-2222-3333-4444-555555555555"
-    node.backend._save({**node.backend.in_use(), "gpu-3": lost})
+    node.backend._save({"inUse": {**node.backend.in_use(), "gpu-3": lost}, "shares": {}})
 
     report = await node.restart().recover()
 
@@ -166,7 +166,8 @@ async def _messy_node(root: Path) -> tuple[LedgerNode, dict[str, str]]:
     node.restart()
     with crash_at("ledger.unprepare.after-started"), pytest.raises(SimulatedCrash):
         await node.unprepare(refs["leaving"])
-    node.backend._save({**node.backend.in_use(), "gpu-3": "99999999-0000-0000-0000-000000000000"})
+    held = {**node.backend.in_use(), "gpu-3": "99999999-0000-0000-0000-000000000000"}
+    node.backend._save({"inUse": held, "shares": {}})
     return node, {n: r.uid for n, r in refs.items()}
 
 

@@ -98,8 +98,6 @@ class NodeAllocation:
         return self.allocations is not None
 
 
-_LIST_KINDS = {"strings": "string", "ints": "int", "bools": "bool", "versions": "version"}
-"""List-type attribute values (DRAListTypeAttributes) and the scalar kind of their items."""
 _LIST_GATE_HINT = "list values are compared only with the DRAListTypeAttributes feature gate"
 
 
@@ -133,11 +131,11 @@ def _attribute(candidate: pools.Candidate, qualified: str) -> _AttributeValue | 
             raw = attributes.get(identifier)
     if raw is None:
         return None
-    for listed, kind in _LIST_KINDS.items():
+    for listed, kind in cel.LIST_KINDS.items():
         values = raw.get(listed)
         if isinstance(values, list):
             return _AttributeValue(kind, frozenset(values), listed=True)
-    for kind in ("string", "int", "bool", "version"):
+    for kind in cel.SCALAR_KINDS:
         if raw.get(kind) is not None:
             return _AttributeValue(kind, frozenset((raw[kind],)), listed=False)
     return None

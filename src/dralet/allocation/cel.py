@@ -31,7 +31,9 @@ from dralet.allocation import cel_syntax, quantity, semver
 from dralet.protocol.proto import cel_types_pb2
 
 __all__ = [
+    "LIST_KINDS",
     "MAX_EXPRESSION_LENGTH",
+    "SCALAR_KINDS",
     "CelCompileError",
     "CelEngine",
     "CelRuntimeError",
@@ -97,11 +99,12 @@ def _split_name(name: str, *, driver: str) -> tuple[str, str]:
     return (domain, identifier) if slash else (driver, name)
 
 
-_SCALAR_KINDS = ("int", "bool", "string", "version")
-_LIST_KINDS = ("ints", "bools", "strings", "versions")
-"""List-type values (DRAListTypeAttributes): CEL sees a list of the scalar kind's values,
-whether or not the gate is on (k8s.io/dynamic-resource-allocation v0.37.2 cel/compile.go
-getAttributeValue)."""
+SCALAR_KINDS = ("int", "bool", "string", "version")
+"""The value fields of a device attribute, in the order upstream reads them."""
+LIST_KINDS = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
+"""List-type values (DRAListTypeAttributes) and the kind of their items: CEL sees a list
+of that kind's values, whether or not the gate is on (k8s.io/dynamic-resource-allocation
+v0.37.2 cel/compile.go getAttributeValue)."""
 
 
 def _scalar_value(kind: str, value: Any) -> Any:
@@ -117,15 +120,15 @@ def _scalar_value(kind: str, value: Any) -> Any:
 
 
 def _attribute_value(name: str, value: Mapping[str, Any]) -> Any:
-    present = [key for key in (*_SCALAR_KINDS, *_LIST_KINDS) if value.get(key) is not None]
+    present = [key for key in (*SCALAR_KINDS, *LIST_KINDS) if value.get(key) is not None]
     if len(present) != 1:
         raise ValueError(f"attribute {name}: unsupported attribute value")
     kind = present[0]
-    if kind in _LIST_KINDS:
+    if kind in LIST_KINDS:
         items = value[kind]
         if not isinstance(items, list):
             raise ValueError(f"attribute {name}: {kind} is not a list")
-        return [_scalar_value(kind[:-1], item) for item in items]
+        return [_scalar_value(LIST_KINDS[kind], item) for item in items]
     return _scalar_value(kind, value[kind])
 
 

@@ -97,6 +97,14 @@ def decode_row(uid: str, data: object, checksum: object) -> ClaimRecord:
     return codec.decode_record(uid, data)
 
 
+def _decoded(uid: str, data: object, checksum: object) -> tuple[ClaimRecord | None, str]:
+    """A row's record, or ``(None, why)`` when it cannot be trusted."""
+    try:
+        return decode_row(uid, data, checksum), ""
+    except codec.CodecError as exc:
+        return None, f"record of claim {uid} is unusable: {exc}"
+
+
 @dataclass(frozen=True)
 class Put:
     """Store ``record`` (its holds follow its state)."""
@@ -299,16 +307,7 @@ class RecordDatabase:
 
     def read(self, uid: str) -> tuple[ClaimRecord | None, str]:
         """One claim's record, or ``(None, why)`` when its row is corrupt."""
-        absent = self._absent()
-        if absent is not None:
-            return absent.checkpoint.claims.get(uid), ""
-        rows = self._query("SELECT data, checksum FROM claims WHERE uid = ?", (uid,))
-        if not rows:
-            return None, ""
-        try:
-            return decode_row(uid, rows[0][0], rows[0][1]), ""
-        except codec.CodecError as exc:
-            return None, f"record of claim {uid} is unusable: {exc}"
+        return self.read_many([uid])[uid]
 
     def read_many(self, uids: Sequence[str]) -> dict[str, tuple[ClaimRecord | None, str]]:
         """``read`` of several claims in one query per ``_READ_CHUNK`` of them."""
@@ -322,11 +321,7 @@ class RecordDatabase:
             marks = ",".join("?" * len(chunk))
             sql = f"SELECT uid, data, checksum FROM claims WHERE uid IN ({marks})"  # noqa: S608 - only placeholders
             for uid, data, checksum in self._query(sql, chunk):
-                key = str(uid)
-                try:
-                    found[key] = (decode_row(key, data, checksum), "")
-                except codec.CodecError as exc:
-                    found[key] = (None, f"record of claim {key} is unusable: {exc}")
+                found[str(uid)] = _decoded(str(uid), data, checksum)
         return found
 
     def snapshot(self) -> Snapshot:
@@ -336,11 +331,11 @@ class RecordDatabase:
         records: dict[str, ClaimRecord] = {}
         corrupt: dict[str, str] = {}
         for uid, data, checksum in self._query("SELECT uid, data, checksum FROM claims"):
-            key = str(uid)
-            try:
-                records[key] = decode_row(key, data, checksum)
-            except codec.CodecError as exc:
-                corrupt[key] = f"record of claim {key} is unusable: {exc}"
+            record, why = _decoded(str(uid), data, checksum)
+            if record is None:
+                corrupt[str(uid)] = why
+            else:
+                records[str(uid)] = record
         meta = {str(k): str(v) for k, v in self._query("SELECT key, value FROM meta")}
         checkpoint = Checkpoint(
             driver=str(meta.get("driver", "")), boot_id=str(meta.get("boot_id", "")), claims=records

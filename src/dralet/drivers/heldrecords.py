@@ -5,15 +5,16 @@ records are the only place that knows which container has which device."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dralet
 from dralet import errors
 from dralet.checkpoint import database
 
-__all__ = ["HeldRecords"]
+__all__ = ["HeldRecords", "NoHardwareState"]
 
 log = logging.getLogger(__name__)
 
@@ -53,3 +54,20 @@ class HeldRecords:
             uids = sorted({uid for uid, _ in holders})
             in_use[name] = uids[0] if len(uids) == 1 else uids
         return in_use
+
+
+class NoHardwareState:
+    """The two ``ClaimBackend`` methods of a backend that changes nothing on the host:
+    release undoes nothing, and what is in use is what the records say. The backend
+    sets ``records``."""
+
+    records: HeldRecords
+
+    def release_claim(
+        self, allocation: dralet.ClaimAllocation, states: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Nothing to undo: the device was only given to the container."""
+
+    def devices_in_use(self) -> dict[str, str | Collection[str]]:
+        """From dralet's claim records: the backend holds nothing of its own."""
+        return self.records.devices_in_use()

@@ -80,7 +80,7 @@ class SimulatedGPUs:
         return self.device_uuid(f"gpu-{index}")
 
     def device_uuid(self, device: str) -> str:
-        name = device.removeprefix("gpu-") if device.startswith("gpu-") else device
+        name = device.removeprefix("gpu-")
         return "GPU-" + str(
             uuid.uuid5(uuid.NAMESPACE_URL, f"dralet-example/{self.node_name}/{name}")
         )
@@ -105,11 +105,11 @@ class SimulatedGPUs:
         shares: dict[str, dict[str, dict[str, str]]] = self._state()["shares"]
         return shares
 
-    def _save(self, in_use: Mapping[str, str], shares: Mapping[str, Any] | None = None) -> None:
-        document: dict[str, Any] = {"inUse": dict(in_use)}
-        kept = self.shares() if shares is None else shares
-        if kept:
-            document["shares"] = dict(kept)
+    def _save(self, state: Mapping[str, Any]) -> None:
+        """Write ``_state()``'s document back (``shares`` only when there are any)."""
+        document: dict[str, Any] = {"inUse": dict(state["inUse"])}
+        if state["shares"]:
+            document["shares"] = dict(state["shares"])
         dralet.atomic_write(self._state_path, json.dumps(document, sort_keys=True).encode())
 
     def _name(self, claim: dralet.ClaimRef, device: str) -> DeviceName:
@@ -117,12 +117,6 @@ class SimulatedGPUs:
         if name is None:
             raise dralet.ClaimError(claim.uid, f"no such simulated GPU {device!r}")
         return name
-
-    def _index(self, device: str) -> int:
-        name = self.layout.parse(device)
-        if name is None:
-            raise dralet.ClaimError("", f"no such simulated GPU {device!r}")
-        return name.gpu
 
     # ClaimBackend
 
@@ -191,7 +185,7 @@ class SimulatedGPUs:
                     raise dralet.ClaimError(claim.uid, f"{device.device} is shared: no shareID")
                 mine = shares.setdefault(device.device, {}).setdefault(claim.uid, {})
                 mine[device.share_id] = memory
-                self._save(in_use, shares)
+                self._save(state_now)
             else:
                 holder = in_use.get(device.device)
                 if holder and holder != claim.uid and not device.admin_access:
@@ -203,7 +197,7 @@ class SimulatedGPUs:
                     raise dralet.ClaimError(claim.uid, conflict)
                 if not device.admin_access:
                     in_use[device.device] = claim.uid
-                    self._save(in_use, shares)
+                    self._save(state_now)
         info_dir = self.state_dir / "info" / device.device
         info_dir.mkdir(parents=True, exist_ok=True)
         (info_dir / "uuid").write_text(self.device_uuid(device.device) + "\n")
@@ -253,14 +247,15 @@ class SimulatedGPUs:
                     del shares[device.device][claim.uid]
                 if not shares[device.device]:
                     del shares[device.device]
-                self._save(in_use, shares)
+                self._save(state_now)
             elif in_use.get(device.device) == claim.uid:
                 del in_use[device.device]
-                self._save(in_use, shares)
+                self._save(state_now)
 
     async def devices_in_use(self) -> Mapping[str, str | Sequence[str]]:
-        held: dict[str, str | Sequence[str]] = dict(self.in_use())
-        for device, by_claim in self.shares().items():
+        state = self._state()
+        held: dict[str, str | Sequence[str]] = dict(state["inUse"])
+        for device, by_claim in state["shares"].items():
             held[device] = sorted(by_claim)
         return held
 
@@ -276,10 +271,9 @@ class SimulatedGPUs:
             unhealthy = {}
         # A partition is as healthy as its GPU.
         health: dict[str, dralet.DeviceHealth] = {}
-        for device in await self.devices():
-            gpu = f"gpu-{self._index(device.name)}"
-            reason = unhealthy.get(device.name) or unhealthy.get(gpu)
-            health[device.name] = (
+        for name, which in self.layout.names():
+            reason = unhealthy.get(name) or unhealthy.get(f"gpu-{which.gpu}")
+            health[name] = (
                 dralet.DeviceHealth(dralet.HealthStatus.UNHEALTHY, reason)
                 if reason
                 else dralet.DeviceHealth(dralet.HealthStatus.HEALTHY)

@@ -83,44 +83,50 @@ class Layout:
             if self.is_partitioned(i)
         ]
 
+    def names(self) -> list[tuple[str, DeviceName]]:
+        """Every device this layout publishes, in order: each GPU, then its partitions."""
+        out: list[tuple[str, DeviceName]] = []
+        for i in range(self.count):
+            out.append((f"gpu-{i}", DeviceName(i)))
+            parts = self.partitions if self.is_partitioned(i) else 0
+            out += [(f"gpu-{i}-part-{j}", DeviceName(i, j)) for j in range(parts)]
+        return out
+
     def devices(self, *, uuid_of: Callable[[str], str], model: str) -> Sequence[dralet.Device]:
         devices: list[dralet.Device] = []
-        for i in range(self.count):
+        for name, which in self.names():
+            i = which.gpu
             attributes: dict[str, dralet.AttributeValue] = {
-                "uuid": uuid_of(f"gpu-{i}"),
+                "uuid": uuid_of(name),
                 "model": model,
                 "index": i,
                 "driverVersion": dralet.Version("1.0.0"),
             }
-            if self.is_shared(i):
-                devices.append(
-                    dralet.Device(
-                        name=f"gpu-{i}",
-                        attributes=attributes,
-                        capacity={"memory": dralet.Capacity(self.memory, SHARE_POLICY)},
-                        allow_multiple_allocations=True,
-                    )
+            if which.partition is not None:
+                attributes["partition"] = which.partition
+                memory = self.partition_memory
+                device = dralet.Device(
+                    name=name,
+                    attributes=attributes,
+                    capacity={"memory": memory},
+                    consumes_counters=self._consumes(i, memory),
                 )
-                continue
-            whole = self._consumes(i, self.memory) if self.is_partitioned(i) else ()
-            devices.append(
-                dralet.Device(
-                    name=f"gpu-{i}",
+            elif self.is_shared(i):
+                device = dralet.Device(
+                    name=name,
+                    attributes=attributes,
+                    capacity={"memory": dralet.Capacity(self.memory, SHARE_POLICY)},
+                    allow_multiple_allocations=True,
+                )
+            else:
+                whole = self._consumes(i, self.memory) if self.is_partitioned(i) else ()
+                device = dralet.Device(
+                    name=name,
                     attributes=attributes,
                     capacity={"memory": self.memory},
                     consumes_counters=whole,
                 )
-            )
-            for j in range(self.partitions if self.is_partitioned(i) else 0):
-                name = f"gpu-{i}-part-{j}"
-                devices.append(
-                    dralet.Device(
-                        name=name,
-                        attributes={**attributes, "uuid": uuid_of(name), "partition": j},
-                        capacity={"memory": self.partition_memory},
-                        consumes_counters=self._consumes(i, self.partition_memory),
-                    )
-                )
+            devices.append(device)
         return devices
 
     @staticmethod

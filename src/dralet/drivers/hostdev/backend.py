@@ -20,12 +20,12 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import dralet
-from dralet.drivers.heldrecords import HeldRecords
+from dralet.drivers.heldrecords import HeldRecords, NoHardwareState
 from dralet.drivers.hostdev import nodes
 from dralet.drivers.hostdev.config import HostdevConfig
 from dralet.drivers.hostdev.watch import NodeEvents
@@ -42,7 +42,7 @@ _DEBOUNCE = 0.2
 _KNOWN_PARAMETERS = frozenset({"env"})
 
 
-class HostDevices:
+class HostDevices(NoHardwareState):
     """A ``dralet.ClaimBackend`` over the device nodes ``config`` selects.
 
     ``store_path`` (and ``legacy_path``, an older checkpoint not yet migrated) are
@@ -130,15 +130,6 @@ class HostDevices:
             container_paths[path] = allocated.device
             prepared.append(_prepared(device, path, env))
         return prepared
-
-    def release_claim(
-        self, allocation: dralet.ClaimAllocation, states: Sequence[Mapping[str, Any]]
-    ) -> None:
-        """Nothing to undo: the node was only given to the container."""
-
-    def devices_in_use(self) -> dict[str, str | Collection[str]]:
-        """From dralet's claim records (this backend has no hardware state of its own)."""
-        return self.records.devices_in_use()
 
     def survives_reboot(self, device: dralet.AllocatedDevice, state: Mapping[str, Any]) -> bool:
         """Still prepared when the same node (type, major, minor) is at the same path."""

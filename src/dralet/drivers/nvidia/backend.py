@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import dralet
-from dralet.drivers.heldrecords import HeldRecords
+from dralet.drivers.heldrecords import HeldRecords, NoHardwareState
 from dralet.drivers.nvidia.nvml import Gpu, Nvml, NvmlError
 
 __all__ = ["CONTROL_NODES", "NvidiaGpus", "semantic_version"]
@@ -52,12 +52,16 @@ def semantic_version(text: str) -> dralet.Version | None:
     return dralet.Version(".".join(map(str, parts)))
 
 
+def _name(gpu: Gpu) -> str:
+    return f"gpu-{gpu.minor_number}"
+
+
 def _memory(total: int) -> str:
     mib = 1 << 20
     return f"{total // mib}Mi" if total % mib == 0 else str(total)
 
 
-class NvidiaGpus:
+class NvidiaGpus(NoHardwareState):
     """A ``dralet.ClaimBackend`` over the GPUs of ``nvml``; device nodes under
     ``dev_root`` (``/`` on a node; the host's root where the driver sees it elsewhere)."""
 
@@ -80,11 +84,7 @@ class NvidiaGpus:
     def gpus(self) -> dict[str, Gpu]:
         """The GPUs NVML enumerates now, by device name."""
         with self.nvml.session() as nvml:
-            return {f"gpu-{gpu.minor_number}": gpu for gpu in nvml.gpus()}
-
-    def _driver_version(self) -> dralet.Version | None:
-        with self.nvml.session() as nvml:
-            return semantic_version(nvml.driver_version())
+            return {_name(gpu): gpu for gpu in nvml.gpus()}
 
     def _host(self, path: str) -> Path:
         return self.dev_root / path.lstrip("/")
@@ -92,8 +92,10 @@ class NvidiaGpus:
     # ------------------------------------------------------------------ ClaimBackend
 
     def devices(self) -> list[dralet.Device]:
-        driver = self._driver_version()
-        return [self._device(name, gpu, driver) for name, gpu in self.gpus().items()]
+        with self.nvml.session() as nvml:
+            driver = semantic_version(nvml.driver_version())
+            gpus = nvml.gpus()
+        return [self._device(_name(gpu), gpu, driver) for gpu in gpus]
 
     @staticmethod
     def _device(name: str, gpu: Gpu, driver: dralet.Version | None) -> dralet.Device:
@@ -145,15 +147,6 @@ class NvidiaGpus:
                 )
             )
         return prepared
-
-    def release_claim(
-        self, allocation: dralet.ClaimAllocation, states: Sequence[Mapping[str, Any]]
-    ) -> None:
-        """Nothing to undo: the GPU's node was only given to the container."""
-
-    def devices_in_use(self) -> dict[str, str | Collection[str]]:
-        """From dralet's claim records (whole GPUs leave no hardware state)."""
-        return self.records.devices_in_use()
 
     def survives_reboot(self, device: dralet.AllocatedDevice, state: Mapping[str, Any]) -> bool:
         """Still prepared when the same GPU (UUID) answers to the same device name."""

@@ -46,7 +46,6 @@ __all__ = [
     "CONTAINER_DIR",
     "VERSIONS",
     "MetadataFiles",
-    "base_request",
     "documents",
     "mounts",
 ]
@@ -71,11 +70,6 @@ failpoints.declare(
     f"{FAILPOINT_REMOVE}.before",
     f"{FAILPOINT_REMOVE}.after",
 )
-
-
-def base_request(request: str) -> str:
-    """``gpu`` for a subrequest result ``gpu/large``; a plain request is its own base."""
-    return request.partition("/")[0]
 
 
 def _pod_claim_name(claim: Mapping[str, Any] | None) -> str:
@@ -103,13 +97,14 @@ def _check_segment(ref: ClaimRef, what: str, value: str, *, subdomain: bool = Fa
 
 def _requests(devices: Sequence[DeviceRecord]) -> dict[str, dict[str, list[int]]]:
     """Request -> the result's request name (``gpu/large`` for a subrequest) -> indexes of
-    its devices, in device order."""
+    its devices, in device order. Records hold the base request names (the kubelet's);
+    the chosen subrequest is kept beside the result's other fields."""
     out: dict[str, dict[str, list[int]]] = {}
     for index, device in enumerate(devices):
         subrequest = str(device.result_fields.get(SUBREQUEST) or "")
         for request in device.request_names:
             named = f"{request}/{subrequest}" if subrequest else request
-            out.setdefault(base_request(request), {}).setdefault(named, []).append(index)
+            out.setdefault(request, {}).setdefault(named, []).append(index)
     return out
 
 

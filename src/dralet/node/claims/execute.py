@@ -363,13 +363,18 @@ class Steps:
             return False
         return self.metadata_files.present(uid, list(record.device_metadata))
 
+    async def _remove_metadata(self, uid: str) -> bool:
+        """The claim's device metadata files gone for good; whether there were any (a
+        claim without any costs one lstat, not a thread hop)."""
+        if not self.metadata_files.has_any(uid):
+            return False
+        return await asyncio.to_thread(self.metadata_files.remove, uid)
+
     async def remove_orphan_artifacts(self, uid: str) -> str:
         """Remove the spec and metadata files of a claim without a record; what was done
         (``orphan-spec-removed``, ``orphan-metadata-removed`` or nothing)."""
         spec = await self.spec_io.remove(uid)
-        metadata = self.metadata_files.has_any(uid) and await asyncio.to_thread(
-            self.metadata_files.remove, uid
-        )
+        metadata = await self._remove_metadata(uid)
         if spec:
             return "orphan-spec-removed"
         return "orphan-metadata-removed" if metadata else ""
@@ -425,8 +430,7 @@ class Steps:
         if record.state == ClaimState.UNPREPARE_STARTED:
             # The spec goes first: no container may start with a device being released.
             await self.spec_io.remove(record.uid)
-            if self.metadata_files.has_any(record.uid):
-                await asyncio.to_thread(self.metadata_files.remove, record.uid)
+            await self._remove_metadata(record.uid)
             if not in_process and record.cdi_spec is None:
                 record = await self._recover_states(ref, record)
             await self._release(record)
