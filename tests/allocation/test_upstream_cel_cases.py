@@ -5,7 +5,7 @@ evaluation error, with a phrase of its message). dralet's CEL engine must decide
 
 Source: kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/cel/
 compile_test.go at v1.37.2 (``testcases``). Case names are upstream's. Cost expectations
-are not ported: dralet does not estimate CEL cost.
+are in test_upstream_cel_costs.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Owns compiling selector expressions (once per expression string), evaluating the
 against one device, and the Kubernetes CEL libraries a selector may use:
 ``device.driver``, ``device.attributes[domain].name``, ``device.capacity[domain].name``,
 ``quantity()``/``isQuantity()`` and ``semver()``/``isSemver()`` with their members,
-the strings (v2), optional, bindings and math extensions, and the Kubernetes lists,
+the strings (v2), optional and bindings extensions, and the Kubernetes lists,
 sets and regex libraries. An unknown domain reads as an empty map; a missing attribute
 inside a known domain is a runtime error, as in the scheduler.
 
@@ -24,7 +24,7 @@ from functools import cache
 from typing import Any
 
 from cel_expr_python import cel
-from cel_expr_python.ext import ext_bindings, ext_math, ext_optional, ext_strings
+from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pool
 
 from dralet.allocation import cel_syntax, quantity, semver
@@ -79,6 +79,7 @@ class DeviceView:
     """domain -> attribute id -> CEL value (int, bool, str, or a Semver message)."""
     capacity: Mapping[str, Mapping[str, Any]]
     """domain -> capacity name -> Quantity message."""
+    allow_multiple_allocations: bool = False
     conversion_error: str | None = None
     """Why an attribute or capacity could not be turned into a CEL value, if one could not."""
     fingerprint: Hashable = None
@@ -89,7 +90,12 @@ class DeviceView:
     def activation(self) -> cel.Activation:
         """The runtime's pre-converted form of this device, built on first use."""
         if not self._activation:
-            data = {"driver": self.driver, "attributes": self.attributes, "capacity": self.capacity}
+            data = {
+                "driver": self.driver,
+                _MULTIPLE_ALLOCATIONS: self.allow_multiple_allocations,
+                "attributes": self.attributes,
+                "capacity": self.capacity,
+            }
             self._activation.append(_environment().Activation({"device": data}))
         return self._activation[0]
 
@@ -144,7 +150,11 @@ def _capacity_value(name: str, value: Any) -> cel_types_pb2.Quantity:
 
 
 def device_view(
-    *, driver: str, attributes: Mapping[str, Any], capacity: Mapping[str, Any]
+    *,
+    driver: str,
+    attributes: Mapping[str, Any],
+    capacity: Mapping[str, Any],
+    allow_multiple_allocations: bool = False,
 ) -> DeviceView:
     """A device in selector form, from API JSON attributes and capacity.
 
@@ -153,7 +163,7 @@ def device_view(
     domain belong to the driver's domain. A value that cannot be converted does not
     raise here: every evaluation against the device fails with its reason instead.
     """
-    fingerprint = (driver, _frozen(attributes), _frozen(capacity))
+    fingerprint = (driver, allow_multiple_allocations, _frozen(attributes), _frozen(capacity))
     known = _VIEWS.get(fingerprint)
     if known is not None:
         return known
@@ -176,6 +186,7 @@ def device_view(
         driver=driver,
         attributes=by_domain,
         capacity=capacity_by_domain,
+        allow_multiple_allocations=allow_multiple_allocations,
         conversion_error=problem,
         fingerprint=fingerprint,
     )
@@ -227,6 +238,17 @@ def _is_semver(text: str) -> bool:
     except semver.SemverError:
         return False
     return True
+
+
+def _make_semver_normalized(text: str, normalize: bool) -> cel_types_pb2.Semver:
+    return _make_semver(semver.normalize(text) if normalize else text)
+
+
+def _is_semver_normalized(text: str, normalize: bool) -> bool:
+    try:
+        return _is_semver(semver.normalize(text) if normalize else text)
+    except semver.SemverError:
+        return False
 
 
 def _compare(left: Any, right: Any) -> int:
@@ -327,9 +349,24 @@ def _quantity_decls() -> list[cel.FunctionDecl]:
 def _semver_decls() -> list[cel.FunctionDecl]:
     s, integer = _SEMVER_TYPE, cel.Type.INT
     return [
-        cel.FunctionDecl("semver", [_global("semver", s, [cel.Type.STRING], _make_semver)]),
         cel.FunctionDecl(
-            "isSemver", [_global("isSemver", cel.Type.BOOL, [cel.Type.STRING], _is_semver)]
+            "semver",
+            [
+                _global("semver", s, [cel.Type.STRING], _make_semver),
+                _global("semver", s, [cel.Type.STRING, cel.Type.BOOL], _make_semver_normalized),
+            ],
+        ),
+        cel.FunctionDecl(
+            "isSemver",
+            [
+                _global("isSemver", cel.Type.BOOL, [cel.Type.STRING], _is_semver),
+                _global(
+                    "isSemver",
+                    cel.Type.BOOL,
+                    [cel.Type.STRING, cel.Type.BOOL],
+                    _is_semver_normalized,
+                ),
+            ],
         ),
         cel.FunctionDecl(
             "major", [_member("major", integer, [s], lambda v: semver.parse_version(v.text).major)]
@@ -450,6 +487,8 @@ _DEVICE_TYPE_NAME = "kubernetes.DRADevice"
 (kubernetes/dynamic-resource-allocation cel/compile.go): ``driver`` a string,
 ``attributes`` map(string, map(string, dyn)), ``capacity`` map(string, map(string, ...)).
 The same declaration holds from 1.31 on, so for every release dralet targets."""
+_MULTIPLE_ALLOCATIONS = "allowMultipleAllocations"
+"""A device field CEL sees only with DRAConsumableCapacity (beta and on from 1.36)."""
 _PROTO_STRING, _PROTO_BOOL, _PROTO_MESSAGE = 9, 8, 11
 _PROTO_OPTIONAL, _PROTO_REPEATED = 1, 3
 
@@ -474,6 +513,7 @@ def _declare_device_type() -> None:
     file.dependency.append("google/protobuf/struct.proto")
     message = file.message_type.add(name=name)
     message.field.add(name="driver", number=1, type=_PROTO_STRING, label=_PROTO_OPTIONAL)
+    message.field.add(name=_MULTIPLE_ALLOCATIONS, number=4, type=_PROTO_BOOL, label=_PROTO_OPTIONAL)
     for number, field_name in ((2, "attributes"), (3, "capacity")):
         entry = message.nested_type.add(name=f"{field_name.capitalize()}Entry")
         entry.options.map_entry = True
@@ -529,7 +569,6 @@ def _new_environment(device_type: cel.Type, *, includes: bool) -> cel.Env:
             ext_strings.ExtStrings(STRINGS_EXTENSION_VERSION),
             ext_optional.ExtOptional(),
             ext_bindings.ExtBindings(),
-            ext_math.ExtMath(),
         ],
     )
 
@@ -562,14 +601,29 @@ def _runtime_message(raw: object) -> str:
 class CompiledSelector:
     """One compiled selector expression; evaluate it with ``matches``."""
 
-    __slots__ = ("_engine", "_program", "clauses", "expression")
+    __slots__ = ("_checked", "_engine", "_program", "clauses", "expression")
 
-    def __init__(self, expression: str, *, program: cel.Expression, engine: CelEngine) -> None:
+    def __init__(
+        self,
+        expression: str,
+        *,
+        program: cel.Expression,
+        checked: cel.Expression,
+        engine: CelEngine,
+    ) -> None:
         self.expression = expression
+        self._checked = checked
         self.clauses = cel_syntax.split_conjunction(expression)
         """The top-level ``&&`` clauses (one entry when the expression is not such a chain)."""
         self._program = program
         self._engine = engine
+
+    def max_cost(self) -> int:
+        """The worst-case cost kube-apiserver estimates for the expression (refused over
+        ``celcost.MAX_COST``)."""
+        from dralet.allocation import celcost
+
+        return celcost.estimate_cost(self._checked.serialize()).max
 
     def matches(self, device: DeviceView) -> bool:
         """Whether the device is selected; raises ``CelRuntimeError`` when evaluation fails."""
@@ -599,11 +653,19 @@ class CompiledSelector:
 class CelEngine:
     """Compiles selector expressions in the DRA environment, each expression string once."""
 
-    def __init__(self, *, cache_compiled: bool = True, list_type_attributes: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        cache_compiled: bool = True,
+        list_type_attributes: bool = False,
+        consumable_capacity: bool = False,
+    ) -> None:
         self._cache: dict[str, CompiledSelector] = {}
         self._cache_compiled = cache_compiled
         self._list_type_attributes = list_type_attributes
         """The DRAListTypeAttributes gate: ``includes()`` may be used."""
+        self._consumable_capacity = consumable_capacity
+        """The DRAConsumableCapacity gate: ``device.allowMultipleAllocations`` exists."""
 
     @property
     def caches_compiled(self) -> bool:
@@ -635,6 +697,8 @@ class CelEngine:
                     column=failure.column,
                 )
             raise failure from None
+        if not self._consumable_capacity and _MULTIPLE_ALLOCATIONS in expression:
+            self._refuse_gated_field(checked)
         environment = _environment()
         result_type = checked.return_type()
         if not any(result_type == accepted for accepted in _ACCEPTED_RESULT_TYPES):
@@ -646,7 +710,20 @@ class CelEngine:
             program = environment.compile(rewritten)
         except RuntimeError:
             program = environment.compile(expression)
-        return CompiledSelector(expression, program=program, engine=self)
+        return CompiledSelector(expression, program=program, checked=checked, engine=self)
+
+    @staticmethod
+    def _refuse_gated_field(checked: cel.Expression) -> None:
+        from dralet.allocation import celast
+
+        fields = celast.selected_fields(
+            celast.parse_checked(checked.serialize()), _DEVICE_TYPE_NAME
+        )
+        if _MULTIPLE_ALLOCATIONS in fields:
+            raise CelCompileError(
+                f"compilation failed: undefined field '{_MULTIPLE_ALLOCATIONS}' not found in "
+                f"struct '{_DEVICE_TYPE_NAME}' (it needs the DRAConsumableCapacity feature gate)"
+            )
 
     def compile_all(self, expressions: Iterable[str]) -> list[CompiledSelector]:
         """Compile several expressions, in order (the first failure raises)."""

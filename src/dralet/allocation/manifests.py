@@ -142,7 +142,13 @@ def _device(raw: Any, *, driver: str, nested: bool, path: str) -> model.Device:
         return model.Device(name=name, attributes={}, capacity={}, view=None)
     attributes = _mapping(source.get("attributes"), f"{path}.attributes")
     capacity = _mapping(source.get("capacity"), f"{path}.capacity")
-    view = cel.device_view(driver=driver, attributes=attributes, capacity=capacity)
+    multiple = bool(source.get("allowMultipleAllocations"))
+    view = cel.device_view(
+        driver=driver,
+        attributes=attributes,
+        capacity=capacity,
+        allow_multiple_allocations=multiple,
+    )
     values: dict[str, Fraction] = {}
     policies: dict[str, model.CapacityPolicy] = {}
     for capacity_name, entry in capacity.items():
@@ -158,7 +164,7 @@ def _device(raw: Any, *, driver: str, nested: bool, path: str) -> model.Device:
         view=view,
         capacity_values=values,
         capacity_policies=policies,
-        allow_multiple_allocations=bool(source.get("allowMultipleAllocations")),
+        allow_multiple_allocations=multiple,
         taints=tuple(
             _taint(t, f"{path}.taints[{i}]")
             for i, t in enumerate(_list(source.get("taints"), f"{path}.taints"))

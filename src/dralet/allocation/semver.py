@@ -1,7 +1,9 @@
 """Strict semantic versions (semver 2.0.0) for the CEL ``semver()`` library and attributes.
 
-Owns parsing and precedence; like Kubernetes 1.32 it accepts no ``v`` prefix and no
-missing minor or patch numbers.
+Owns parsing and precedence. Strict parsing, as attributes and one-argument ``semver()``
+use it, accepts no ``v`` prefix and no missing minor or patch numbers; ``normalize`` is
+the lenient spelling two-argument ``semver(text, true)`` accepts (CEL semver library
+version 1, Kubernetes 1.33+; k8s.io/apiserver v0.37.2 pkg/cel/library/semverlib.go).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["SemverError", "Version", "compare_versions", "parse_version"]
+__all__ = ["SemverError", "Version", "compare_versions", "normalize", "parse_version"]
 
 _SEMVER = re.compile(
     r"(?P<major>0|[1-9][0-9]*)\.(?P<minor>0|[1-9][0-9]*)\.(?P<patch>0|[1-9][0-9]*)"
@@ -50,6 +52,23 @@ def parse_version(text: str) -> Version:
         prerelease=tuple(pre.split(".")) if pre else (),
         build=match["build"] or "",
     )
+
+
+def normalize(text: str) -> str:
+    """``text`` without a ``v`` prefix, leading zeros or missing minor/patch numbers, as
+    the strict form; raises ``SemverError`` for a short version with prerelease or build."""
+    parts = text.removeprefix("v").split(".", 2)
+    for index, part in enumerate(parts):
+        if len(part) > 1:
+            trimmed = part.lstrip("0")
+            if not trimmed or not trimmed[0].isdigit():
+                trimmed = "0" + trimmed
+            parts[index] = trimmed
+    if len(parts) < 3:
+        if any(mark in parts[-1] for mark in "+-"):
+            raise SemverError(f"{text!r}: a short version cannot carry prerelease or build data")
+        parts += ["0"] * (3 - len(parts))
+    return ".".join(parts)
 
 
 def _compare_identifiers(left: str, right: str) -> int:

@@ -328,7 +328,11 @@ def simulate(
         inputs,
         node_name=node_name,
         explain=explain,
-        engine=engine or cel.CelEngine(list_type_attributes=features.list_type_attributes),
+        engine=engine
+        or cel.CelEngine(
+            list_type_attributes=features.list_type_attributes,
+            consumable_capacity=features.consumable_capacity,
+        ),
         settings=settings,
     )
     by_key = {claim.key: claim for claim in inputs.claims}

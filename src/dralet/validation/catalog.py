@@ -258,6 +258,20 @@ _ALL: tuple[Rule, ...] = (
         "# an expression of at most 10240 characters\n",
     ),
     Rule(
+        "DRA025",
+        _E,
+        "CEL selector is too complex",
+        "The API server estimates each selector's worst-case cost over the largest devices "
+        "the API allows (32 attributes, 64-character values, 48 list items) and refuses one "
+        "over 1,000,000 units: too complex, exceeds cost limit.",
+        "Avoid nested macros over attribute maps and long regular expressions; test a known "
+        "attribute directly instead of scanning all of them.",
+        "selectors:\n- cel:\n    expression: device.attributes.all(d, device.attributes.all("
+        "e, device.attributes[d].all(a, device.attributes[e].all(b, a != b))))\n",
+        "selectors:\n- cel:\n    expression: "
+        'device.attributes["gpu.example.com"].model == "H100"\n',
+    ),
+    Rule(
         "DRA022",
         _E,
         "pool generation or slice count is invalid",

@@ -202,7 +202,10 @@ def _device_request_findings(
                 "DRA012", (*path, "deviceClassName"), f"class name {class_name!r}: {problem}"
             )
     yield from expressions.selector_findings(
-        request.get("selectors"), path=(*path, "selectors"), lists=shape.list_attribute_values
+        request.get("selectors"),
+        path=(*path, "selectors"),
+        lists=shape.list_attribute_values,
+        consumable=shape.consumable_capacity,
     )
     tolerations = request.get("tolerations")
     if isinstance(tolerations, list) and len(tolerations) > limits.TOLERATIONS_PER_REQUEST:

@@ -19,7 +19,10 @@ def device_class_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[
     if not isinstance(spec, dict):
         return
     yield from expressions.selector_findings(
-        spec.get("selectors"), path=("spec", "selectors"), lists=shape.list_attribute_values
+        spec.get("selectors"),
+        path=("spec", "selectors"),
+        lists=shape.list_attribute_values,
+        consumable=shape.consumable_capacity,
     )
     yield from opaque.config_findings(spec.get("config"), path=("spec", "config"))
     name = spec.get("extendedResourceName")

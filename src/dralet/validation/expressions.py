@@ -27,11 +27,20 @@ def cel_module() -> Any:
 
 
 @functools.cache
-def engine(*, list_type_attributes: bool = False) -> cel.CelEngine:
-    """The CEL engine of a run (one per DRAListTypeAttributes setting); it caches each
-    compiled expression."""
+def engine(
+    *, list_type_attributes: bool = False, consumable_capacity: bool = False
+) -> cel.CelEngine:
+    """The CEL engine of a run (one per gate setting); it caches each compiled expression."""
     engine_class: type[cel.CelEngine] = cel_module().CelEngine
-    return engine_class(list_type_attributes=list_type_attributes)
+    return engine_class(
+        list_type_attributes=list_type_attributes, consumable_capacity=consumable_capacity
+    )
+
+
+def _max_cost() -> int:
+    from dralet.allocation import celcost
+
+    return celcost.MAX_COST
 
 
 def selector_expressions(selectors: Any) -> list[tuple[int, str]]:
@@ -46,9 +55,12 @@ def selector_expressions(selectors: Any) -> list[tuple[int, str]]:
     return out
 
 
-def selector_findings(selectors: Any, *, path: Path, lists: bool) -> Iterator[Finding]:
-    """Limits, the required ``cel`` field, length and compilation of one selector list;
-    ``lists``: the target serves list-type attributes (``includes()``)."""
+def selector_findings(
+    selectors: Any, *, path: Path, lists: bool, consumable: bool
+) -> Iterator[Finding]:
+    """Limits, the required ``cel`` field, length, compilation and estimated cost of one
+    selector list; ``lists``: the target serves list-type attributes (``includes()``);
+    ``consumable``: devices have ``allowMultipleAllocations``."""
     if not isinstance(selectors, list):
         return
     if len(selectors) > limits.SELECTORS_PER_REQUEST_OR_CLASS:
@@ -84,7 +96,19 @@ def selector_findings(selectors: Any, *, path: Path, lists: bool) -> Iterator[Fi
             )
             continue
         try:
-            engine(list_type_attributes=lists).compile(expression)
+            compiled = engine(list_type_attributes=lists, consumable_capacity=consumable).compile(
+                expression
+            )
         except cel.CelCompileError as error:
             at = "" if error.column is None else f" (expression column {error.column + 1})"
             yield Finding("DRA020", where, f"CEL {error.message}{at}", Anchor.TEXT)
+            continue
+        cost = compiled.max_cost()
+        if cost > _max_cost():
+            yield Finding(
+                "DRA025",
+                where,
+                f"too complex, exceeds cost limit: estimated worst-case cost {cost:,} is over "
+                f"{_max_cost():,}",
+                Anchor.TEXT,
+            )

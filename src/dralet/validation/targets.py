@@ -48,6 +48,7 @@ _ADVANCED_DEVICES_LIMIT_FROM = 35
 ResourceSliceMaxDevicesWithAdvancedFeatures in 1.36: 64 instead of 128."""
 _LIST_ATTRIBUTES_ADVANCED_FROM = 36
 _LIST_ATTRIBUTES_FROM = 36
+_CONSUMABLE_CAPACITY_FROM = 36
 """DRAListTypeAttributes: alpha and off in 1.36 and 1.37 (k8s.io/kubernetes v1.37.2
 pkg/features/kube_features.go). With the gate off the API server drops list values on
 create, which leaves such an attribute with no value."""
@@ -114,6 +115,13 @@ class ApiShape:
         """Attributes may hold lists (``ints``, ``bools``, ``strings``, ``versions``), and
         selectors may call ``includes()``."""
         return self.list_type_attributes and self.list_attribute_fields
+
+    @property
+    def consumable_capacity(self) -> bool:
+        """DRAConsumableCapacity is on: beta and enabled by default from 1.36
+        (k8s.io/kubernetes v1.37.2 pkg/features/kube_features.go); selectors may read
+        ``device.allowMultipleAllocations``."""
+        return self.minor >= _CONSUMABLE_CAPACITY_FROM
 
     @property
     def devices_in_basic(self) -> bool:
