@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dralet import yamltext
 from dralet.allocation import allocator, cel, manifests, simulation
 
 DRIVER = "gpu.example.com"
@@ -143,10 +144,15 @@ def _yaml_text(objects: list[dict[str, Any]]) -> str:
 
 def end_to_end(text: str) -> simulation.SimulationReport:
     """What ``dralet simulate FILE`` does after reading the file."""
+    inputs = manifests.decode_objects(yamltext.load_all(text))
+    return simulation.simulate(inputs)
+
+
+def end_to_end_pyyaml(text: str) -> simulation.SimulationReport:
+    """The same with PyYAML's C loader alone (the reader before ``dralet.yamltext``)."""
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    inputs = manifests.decode_objects(list(yaml.load_all(text, Loader=loader)))
+    inputs = manifests.decode_objects(list(yaml.load_all(text, Loader=yaml.CSafeLoader)))
     return simulation.simulate(inputs)
 
 
@@ -195,6 +201,7 @@ def main() -> None:
         ),
         timed("end to end from YAML, uniform", n, lambda: end_to_end(uniform_text)),
         timed("end to end from YAML, varied", n, lambda: end_to_end(varied_text)),
+        timed("end to end from YAML, PyYAML only", n, lambda: end_to_end_pyyaml(uniform_text)),
         timed("end to end from JSON, uniform", n, lambda: end_to_end_json(uniform_json)),
     ]
     shape = f"{args.nodes} nodes x {DEVICES_PER_NODE} devices ({devices} devices)"

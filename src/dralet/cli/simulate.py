@@ -19,7 +19,7 @@ from typing import Any
 import click
 import yaml
 
-from dralet import releases
+from dralet import releases, yamltext
 from dralet.allocation import allocator, manifests, model, simulation
 from dralet.allocation.features import Features, UnknownGateError
 from dralet.cli import exits, options
@@ -39,7 +39,6 @@ SUPPORTED_KUBERNETES_VERSIONS = releases.KUBERNETES_RELEASES
 """Every release dralet knows: the scheduler's behaviour per release is in
 ``dralet.allocation.features`` and the settings below."""
 DEFAULT_KUBERNETES_VERSION = releases.newest(SUPPORTED_KUBERNETES_VERSIONS)
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 BadInput = exits.BadInput
@@ -63,7 +62,7 @@ def _documents(paths: Iterable[str]) -> list[Any]:
                 if path.suffix == ".json":
                     documents.append(json.loads(text))
                 else:
-                    documents.extend(yaml.load_all(text, Loader=_LOADER))
+                    documents.extend(yamltext.load_all(text))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as error:
                 raise BadInput(f"{path}: {error}") from None
     return documents

@@ -167,16 +167,6 @@ class Roots:
         return self._documents[index]
 
 
-_YAML_11_ONLY = re.compile(
-    r"(?:^|[\s:,\[{-])(?:y|Y|n|N|yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF"
-    r"|[-+]?0[0-9_]+(?:\.[0-9_]*)?|[-+]?[0-9][0-9]*_[0-9_]*|[-+]?[0-9]+(?::[0-5]?[0-9])+(?:\.[0-9_]*)?"
-    r"|0o[0-7]+|[-+]?\.[0-9]+)\s*(?:[,\]}#]|$)",
-    re.MULTILINE,
-)
-"""Plain scalars that YAML 1.1 (the fast loader) and 1.2 (the round-trip parser) read
-differently; a file holding one is left to the round-trip parser."""
-
-
 @functools.cache
 def _fast_loader() -> Any:
     import yaml
@@ -201,14 +191,18 @@ def _fast_loader() -> Any:
 
 def _fast_documents(text: str) -> list[Any] | None:
     """The plain documents of a file, or None when only the round-trip parser will do."""
-    if _YAML_11_ONLY.search(text):
-        return None
-    import yaml
+    from dralet import yamltext
 
-    try:
-        documents = list(yaml.load_all(text, Loader=_fast_loader()))
-    except yaml.YAMLError:
-        return None
+    if yamltext.YAML_11_ONLY.search(text):
+        return None  # the round-trip parser reads YAML 1.2
+    documents = yamltext.fast_documents(text)
+    if documents is None:
+        import yaml
+
+        try:
+            documents = list(yaml.load_all(text, Loader=_fast_loader()))
+        except yaml.YAMLError:
+            return None
     for document in documents:
         if document is None:
             continue
