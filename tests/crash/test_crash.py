@@ -83,12 +83,13 @@ def _can_mknod(directory: Path) -> bool:
 
 
 @pytest.mark.timeout(CAMPAIGN_TIMEOUT)
-@pytest.mark.parametrize("target", ["hostdev", "nvidia"])
+@pytest.mark.parametrize("target", ["hostdev", "nvidia", "nvidia-mig"])
 async def test_crash_runs_on_device_nodes(
     short_tmp: Path, capsys: pytest.CaptureFixture[str], target: str
 ) -> None:
     """The same campaign against the drivers that hand out device nodes made for the run:
-    hostdev, and the NVIDIA driver over the fake NVML."""
+    hostdev, and the NVIDIA driver over the fake NVML, with whole GPUs and with MIG
+    devices made at prepare."""
     if not _can_mknod(short_tmp):
         pytest.skip("making device nodes needs CAP_MKNOD")
     settings = crash.CrashSettings.from_env(runs=NODE_ROUNDS * len(crash.declared_failpoints()))

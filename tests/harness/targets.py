@@ -31,7 +31,14 @@ from dralet.drivers.nvidia.nvml import Nvml
 from dralet.node.settings import DriverSettings
 from dralet.testing.strict import StrictBackend
 
-__all__ = ["TARGETS", "CrashTarget", "ExampleTarget", "HostdevTarget", "NvidiaTarget"]
+__all__ = [
+    "TARGETS",
+    "CrashTarget",
+    "ExampleTarget",
+    "HostdevTarget",
+    "NvidiaMigTarget",
+    "NvidiaTarget",
+]
 
 REPO = Path(__file__).resolve().parent.parent.parent
 FAKE_NVML = "tests.nvidia.fakenvml:FakeNvml"
@@ -232,8 +239,69 @@ class NvidiaTarget:
         ]
 
 
-TARGETS: dict[str, type[ExampleTarget] | type[HostdevTarget] | type[NvidiaTarget]] = {
+class NvidiaMigTarget(NvidiaTarget):
+    """GPU 0 in MIG mode, partitions made at prepare (``mig=dynamic``): the fake NVML keeps
+    its instances in a file, so a killed driver leaves them as hardware would, and every
+    instance left must be one the driver's ledger names."""
+
+    PLACEMENTS: ClassVar[int] = 7
+
+    def setup(self, root: Path, devices: int) -> list[str]:
+        from tests.nvidia.fakenvml import FakeNvml
+
+        if devices > self.PLACEMENTS:
+            raise ValueError(f"nvidia-mig crash runs use at most {self.PLACEMENTS} placements")
+        super().setup(root, 8)
+        base = self._root(root)
+        FakeNvml(
+            mig={0}, state_file=self._state(root), proc_root=base / "proc", dev_root=base
+        ).save()
+        return [f"gpu-0-mig-1g-10gb-{i}" for i in range(devices)]
+
+    def _state(self, root: Path) -> Path:
+        return self._root(root) / "nvml-state.json"
+
+    def driver_args(self, root: Path) -> list[str]:
+        return [
+            *super().driver_args(root),
+            *("--driver-option", f"proc-root={self._root(root) / 'proc'}"),
+            *("--driver-option", "mig=dynamic"),
+        ]
+
+    def env(self, root: Path) -> dict[str, str]:
+        return {**super().env(root), "FAKE_NVML_STATE": str(self._state(root))}
+
+    def backend(self, root: Path) -> NvidiaGpus:
+        from tests.nvidia.fakenvml import FakeNvml
+
+        return NvidiaGpus(
+            Nvml(FakeNvml(state_file=self._state(root))),
+            store_path=self.settings.store_path,
+            legacy_path=self.settings.checkpoint_path,
+            dev_root=self._root(root),
+            proc_root=self._root(root) / "proc",
+            mig_mode="dynamic",
+        )
+
+    def violations(self, root: Path) -> list[str]:
+        from tests.nvidia.fakenvml import FakeNvml
+
+        broken = super().violations(root)
+        gpus = self.backend(root)
+        ours = gpus.ledger.read()
+        made = FakeNvml(state_file=self._state(root)).instances.get("0", {})
+        for gi_id, gi in made.items():
+            name = f"gpu-0-mig-1g-10gb-{gi['start']}"
+            if name not in ours:
+                broken.append(f"MIG instance {gi_id} ({name}) exists, but no ledger entry names it")
+        return broken
+
+
+TARGETS: dict[
+    str, type[ExampleTarget] | type[HostdevTarget] | type[NvidiaTarget] | type[NvidiaMigTarget]
+] = {
     "example": ExampleTarget,
     "hostdev": HostdevTarget,
     "nvidia": NvidiaTarget,
+    "nvidia-mig": NvidiaMigTarget,
 }

@@ -149,6 +149,31 @@ def test_fields_the_cluster_does_not_serve_are_left_out_and_named() -> None:
     assert built.unserved == {"DRADeviceTaints", "DRAPartitionableDevices"}
 
 
+def test_partitions_are_published_only_where_the_cluster_counts_counters() -> None:
+    whole = Device(name="gpu-0", consumes_counters=(CounterConsumption("set-0", {"m": "2"}),))
+    half = Device(
+        name="gpu-0-half-0",
+        consumes_counters=(CounterConsumption("set-0", {"m": "1"}),),
+        partition=True,
+    )
+    counters = [CounterSet("set-0", {"m": "2"})]
+
+    def names(served: frozenset[str] | None) -> list[str]:
+        built = build_pool(
+            [whole, half],
+            driver=DRIVER,
+            pool="p",
+            node_name=NODE,
+            counter_sets=counters,
+            served=served,
+        )
+        return [d["name"] for chunk in built.chunks for d in chunk]
+
+    assert names(frozenset({"DRAPartitionableDevices"})) == ["gpu-0", "gpu-0-half-0"]
+    # Without counters the scheduler could give both to two claims: the half is left out.
+    assert names(frozenset()) == ["gpu-0"]
+
+
 def test_a_health_taint_past_the_limit_leaves_that_device_out() -> None:
     taints = tuple(DeviceTaint(f"example.com/t{i}", "NoSchedule") for i in range(16))
     built = build_pool(

@@ -123,6 +123,11 @@ class Device:
     """At most 16 (Kubernetes 1.35+; 4 before)."""
     consumes_counters: tuple[CounterConsumption, ...] = ()
     """At most 2 counter sets per device (Kubernetes 1.35+)."""
+    partition: bool = False
+    """The device is one way of cutting hardware it shares with other devices through
+    ``consumes_counters``. Where the cluster does not serve partitionable devices, the
+    scheduler cannot keep such devices apart, so a partition is not published there
+    (devices that are not partitions are, without their counters)."""
     allow_multiple_allocations: bool = False
     """Several claims may be allocated this device at once, each consuming part of its
     capacity (consumable capacity); the kubelet then sends a ``share_id`` per claim."""

@@ -46,7 +46,8 @@ def build_pool(
     """The pool's devices and counter sets in canonical JSON, cut into slices.
 
     Fields of features the cluster does not serve (``served``, gate names of
-    ``dralet.kube.features``; None = all) are left out, and named in ``unserved``. A device
+    ``dralet.kube.features``; None = all) are left out, and named in ``unserved``; so are
+    partitions (``Device.partition``) where partitionable devices are not served. A device
     or counter set the API server would refuse is left out (and named in ``skipped``);
     the rest are still published. A slice holds at most 128 devices, 64 when any of them
     has taints or consumes counters. ``extra_taints`` adds one taint to the devices it
@@ -60,8 +61,11 @@ def build_pool(
     unserved: set[str] = set()
     skipped: list[str] = []
     counters: list[dict[str, Any]] = []
-    if counter_sets and served is not None and "DRAPartitionableDevices" not in served:
+    counting = served is None or "DRAPartitionableDevices" in served
+    if not counting and (counter_sets or any(d.partition for d in backend_devices)):
         unserved.add("DRAPartitionableDevices")
+    if not counting:
+        backend_devices = [d for d in backend_devices if not d.partition]
     else:
         names: set[str] = set()
         for counter_set in counter_sets:

@@ -110,6 +110,7 @@ class Layout:
                     attributes=attributes,
                     capacity={"memory": memory},
                     consumes_counters=self._consumes(i, memory),
+                    partition=True,
                 )
             elif self.is_shared(i):
                 device = dralet.Device(

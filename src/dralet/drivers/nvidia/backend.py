@@ -1,15 +1,21 @@
-"""NVIDIA GPUs as DRA devices: every GPU NVML enumerates, whole.
+"""NVIDIA GPUs as DRA devices: whole GPUs, and MIG devices of the GPUs in MIG mode.
 
-A GPU is published as ``gpu-<minor>``, named by its device node's minor number, which
-stays when another GPU falls off the bus (NVML's indexes shift then), with what a user
-selects on (``productName``,
-``architecture``, ``cudaComputeCapability`` and ``driverVersion`` as versions, ``uuid``,
-``pciBusID``, ``numaNode``, ``index``) and its ``memory`` as capacity. Preparing it gives
-the container its device node ``/dev/nvidia<minor>`` and those of the driver's control
-nodes (``/dev/nvidiactl``, ``/dev/nvidia-uvm``, ``/dev/nvidia-uvm-tools``,
-``/dev/nvidia-modeset``) the host has; the runtime adds the cgroup rules. Releasing it
-is nothing: no GPU setting is changed, so there is no hardware state to undo, and
-``devices_in_use`` is read from dralet's own claim records, as for hostdev.
+A whole GPU is published as ``gpu-<minor>``, named by its device node's minor number,
+which stays when another GPU falls off the bus (NVML's indexes shift then), with what a
+user selects on (``productName``, ``architecture``, ``cudaComputeCapability`` and
+``driverVersion`` as versions, ``uuid``, ``pciBusID``, ``numaNode``, ``index``) and its
+``memory`` as capacity. A GPU in MIG mode is published as MIG devices instead
+(``dralet.drivers.nvidia.mig``): the ones that exist, or with ``mig: dynamic`` every
+placement, made at prepare and destroyed at release.
+
+Preparing gives the container the GPU's device node ``/dev/nvidia<minor>``, the driver's
+control nodes the host has (``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
+``/dev/nvidia-uvm-tools``, ``/dev/nvidia-modeset``) and, for a MIG device, the
+``/dev/nvidia-caps`` nodes of its GPU and compute instance, read from
+``/proc/driver/nvidia/capabilities``. Whole GPUs and existing MIG devices change nothing
+on the host, so releasing them undoes nothing and ``devices_in_use`` is read from
+dralet's own claim records, as for hostdev; MIG devices dralet made are also in its
+ledger.
 
 The user-space libraries are not mounted yet; a container image that brings its own
 CUDA user-space, matched to the node's driver, works today.
@@ -19,13 +25,15 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dralet
-from dralet.drivers.heldrecords import HeldRecords, NoHardwareState
-from dralet.drivers.nvidia.nvml import Gpu, Nvml, NvmlError
+from dralet.drivers.heldrecords import HeldRecords
+from dralet.drivers.nvidia import mig
+from dralet.drivers.nvidia.nvml import Gpu, MigProfile, Nvml, NvmlError
 
 __all__ = ["CONTROL_NODES", "NvidiaGpus", "semantic_version"]
 
@@ -40,6 +48,8 @@ CONTROL_NODES = (
 """The driver's device nodes every CUDA process opens besides its GPU's (the ones a
 host lacks, e.g. nvidia-modeset on a headless node, are left out)."""
 _VERSION_PARTS = re.compile(r"^(\d+)(?:\.(\d+))?(?:\.(\d+))?$")
+_CAPABILITIES = "driver/nvidia/capabilities"
+_CAP_MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
 
 
 def semantic_version(text: str) -> dralet.Version | None:
@@ -61,9 +71,21 @@ def _memory(total: int) -> str:
     return f"{total // mib}Mi" if total % mib == 0 else str(total)
 
 
-class NvidiaGpus(NoHardwareState):
+@dataclass(frozen=True)
+class _Inventory:
+    """What NVML shows now: whole GPUs and MIG placements, by device name."""
+
+    driver: dralet.Version | None
+    whole: dict[str, Gpu]
+    placements: dict[str, mig.Placement]
+    mig_gpus: dict[str, tuple[Gpu, tuple[MigProfile, ...]]]
+    """Counter set name → the GPU in MIG mode and its profiles."""
+
+
+class NvidiaGpus:
     """A ``dralet.ClaimBackend`` over the GPUs of ``nvml``; device nodes under
-    ``dev_root`` (``/`` on a node; the host's root where the driver sees it elsewhere)."""
+    ``dev_root`` and capability files under ``proc_root`` (``/`` on a node; the host's
+    root where the driver sees it elsewhere)."""
 
     def __init__(
         self,
@@ -72,19 +94,43 @@ class NvidiaGpus(NoHardwareState):
         store_path: Path,
         legacy_path: Path | None = None,
         dev_root: Path = Path("/"),
+        proc_root: Path = Path("/proc"),
+        mig_mode: str = "existing",
     ) -> None:
+        if mig_mode not in mig.MIG_MODES:
+            raise ValueError(f"mig mode {mig_mode!r}: expected one of {', '.join(mig.MIG_MODES)}")
         self.nvml = nvml
         self.dev_root = dev_root
+        self.proc_root = proc_root
+        self.mig_mode = mig_mode
         self.records = HeldRecords(store_path, legacy_path, driver="nvidia")
+        self.ledger = mig.MigLedger(store_path.parent / mig.LEDGER_NAME)
         self._reported = ""
         """The last NVML failure logged (each new one is logged once)."""
 
     # ------------------------------------------------------------------ discovery
 
     def gpus(self) -> dict[str, Gpu]:
-        """The GPUs NVML enumerates now, by device name."""
+        """The GPUs NVML enumerates now, by whole-GPU device name."""
         with self.nvml.session() as nvml:
             return {_name(gpu): gpu for gpu in nvml.gpus()}
+
+    def _inventory(self) -> _Inventory:
+        with self.nvml.session() as nvml:
+            driver = semantic_version(nvml.driver_version())
+            whole: dict[str, Gpu] = {}
+            placements: dict[str, mig.Placement] = {}
+            mig_gpus: dict[str, tuple[Gpu, tuple[MigProfile, ...]]] = {}
+            for gpu in nvml.gpus():
+                if not nvml.mig_enabled(gpu):
+                    whole[_name(gpu)] = gpu
+                    continue
+                profiles = tuple(nvml.mig_profiles(gpu))
+                placements.update(
+                    mig.placements(gpu, profiles, nvml.gpu_instances(gpu), nvml.mig_devices(gpu))
+                )
+                mig_gpus[mig.counter_set_name(gpu)] = (gpu, profiles)
+        return _Inventory(driver, whole, placements, mig_gpus)
 
     def _host(self, path: str) -> Path:
         return self.dev_root / path.lstrip("/")
@@ -92,17 +138,29 @@ class NvidiaGpus(NoHardwareState):
     # ------------------------------------------------------------------ ClaimBackend
 
     def devices(self) -> list[dralet.Device]:
-        with self.nvml.session() as nvml:
-            driver = semantic_version(nvml.driver_version())
-            gpus = nvml.gpus()
-        return [self._device(_name(gpu), gpu, driver) for gpu in gpus]
+        inventory = self._inventory()
+        devices = [
+            self._whole_device(name, gpu, inventory.driver) for name, gpu in inventory.whole.items()
+        ]
+        ours = self.ledger.read() if self.mig_mode == "dynamic" else {}
+        for name, placement in inventory.placements.items():
+            if self.mig_mode == "existing" and placement.present is None:
+                continue
+            devices.append(self._mig_device(name, placement, inventory.driver, ours))
+        return devices
+
+    def counter_sets(self) -> list[dralet.CounterSet]:
+        """One set per GPU in MIG mode when placements are made on demand."""
+        if self.mig_mode != "dynamic":
+            return []
+        return [
+            mig.counter_set(gpu, profiles) for gpu, profiles in self._inventory().mig_gpus.values()
+        ]
 
     @staticmethod
-    def _device(name: str, gpu: Gpu, driver: dralet.Version | None) -> dralet.Device:
+    def _gpu_attributes(gpu: Gpu, driver: dralet.Version | None) -> dict[str, Any]:
         major, minor = gpu.compute_capability
         attributes: dict[str, dralet.AttributeValue] = {
-            "type": "gpu",
-            "uuid": gpu.uuid,
             "productName": gpu.name,
             "architecture": gpu.architecture,
             "cudaComputeCapability": dralet.Version(f"{major}.{minor}.0"),
@@ -114,49 +172,216 @@ class NvidiaGpus(NoHardwareState):
             attributes["driverVersion"] = driver
         if gpu.numa_node is not None:
             attributes["numaNode"] = gpu.numa_node
+        return attributes
+
+    def _whole_device(self, name: str, gpu: Gpu, driver: dralet.Version | None) -> dralet.Device:
+        attributes = {"type": "gpu", "uuid": gpu.uuid, **self._gpu_attributes(gpu, driver)}
         return dralet.Device(
             name=name, attributes=attributes, capacity={"memory": _memory(gpu.memory_bytes)}
         )
 
+    def _mig_device(
+        self,
+        name: str,
+        placement: mig.Placement,
+        driver: dralet.Version | None,
+        ours: Mapping[str, Any],
+    ) -> dralet.Device:
+        attributes = {
+            "type": "mig",
+            "profile": placement.profile.name,
+            "parentUUID": placement.gpu.uuid,
+            "placementStart": placement.start,
+            **self._gpu_attributes(placement.gpu, driver),
+        }
+        if placement.present is not None:
+            attributes["uuid"] = placement.present.uuid
+        dynamic = self.mig_mode == "dynamic"
+        # A MIG device someone else made stays offered where the cluster cannot count
+        # counters; the placements dralet makes are partitions only.
+        partition = dynamic and (placement.present is None or name in ours)
+        return dralet.Device(
+            name=name,
+            attributes=attributes,
+            capacity=mig.capacity(placement.profile),
+            consumes_counters=(
+                (mig.consumption(placement.gpu, placement.profile, placement.start),)
+                if dynamic
+                else ()
+            ),
+            partition=partition,
+        )
+
     def prepare_claim(self, allocation: dralet.ClaimAllocation) -> list[dralet.PreparedDevice]:
-        found = self.gpus()
+        inventory = self._inventory()
         controls = [p for p in CONTROL_NODES if self._host(p).exists()]
+        uid = allocation.claim.uid
         prepared = []
         for allocated in allocation.devices:
-            gpu = found.get(allocated.device)
-            if gpu is None:
-                raise dralet.ClaimError(
-                    allocation.claim.uid, f"GPU {allocated.device} is not on this node now"
-                )
+            name = allocated.device
+            gpu = inventory.whole.get(name)
+            placement = inventory.placements.get(name)
+            if gpu is None and placement is None:
+                raise dralet.ClaimError(uid, f"GPU {name} is not on this node now")
+            if placement is not None:
+                gpu = placement.gpu
+                state, caps = self._prepare_mig(uid, name, placement)
+            else:
+                assert gpu is not None
+                state, caps = {"uuid": gpu.uuid, "minor": gpu.minor_number}, []
             node = f"/dev/nvidia{gpu.minor_number}"
             if not self._host(node).exists():
-                raise dralet.ClaimError(
-                    allocation.claim.uid, f"GPU {allocated.device}: {self._host(node)} is missing"
-                )
+                raise dralet.ClaimError(uid, f"GPU {name}: {self._host(node)} is missing")
             nodes = tuple(
                 dralet.DeviceNode(path=path, host_path=str(self._host(path)))
-                for path in (node, *controls)
+                for path in (node, *controls, *caps)
             )
+            visible = state.get("migUUID", gpu.uuid)
             prepared.append(
                 dralet.PreparedDevice(
                     edits=dralet.ContainerEdits(
                         device_nodes=nodes,
-                        env=(f"DRALET_NVIDIA_GPU_{gpu.minor_number}={gpu.uuid}",),
+                        env=(f"DRALET_NVIDIA_GPU_{gpu.minor_number}={visible}",),
                     ),
-                    state={"uuid": gpu.uuid, "minor": gpu.minor_number},
+                    state=state,
                 )
             )
         return prepared
 
+    # ------------------------------------------------------------------ MIG
+
+    def _prepare_mig(
+        self, uid: str, name: str, placement: mig.Placement
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Make (or find again, or finish) the MIG device; its state and capability nodes.
+
+        The ledger names the claim before NVML is asked for anything, so whatever a kill
+        leaves (a GPU instance without its compute instance, or both) is found again here
+        or by release."""
+        try:
+            entry = self.ledger.read().get(name)
+        except mig.LedgerError as exc:
+            raise dralet.ClaimError(uid, f"MIG device {name}: {exc}") from None
+        if entry is not None and entry.get("claim") != uid:
+            raise dralet.ClaimError(
+                uid, f"MIG device {name} was made for claim {entry.get('claim')}"
+            )
+        instance, present = placement.instance, placement.present
+        ours = entry is not None
+        if instance is None:
+            if self.mig_mode != "dynamic":
+                raise dralet.ClaimError(uid, f"MIG device {name} is not on this node now")
+            self.ledger.put(name, {"claim": uid, "gpu": placement.gpu.uuid})
+            ours = True
+            try:
+                with self.nvml.session() as nvml:
+                    gi = nvml.create_gpu_instance(placement.gpu, placement.profile, placement.start)
+            except NvmlError as exc:
+                self.ledger.remove(name)
+                raise dralet.ClaimError(uid, f"MIG device {name}: {exc}") from None
+            self.ledger.put(name, {"claim": uid, "gpu": placement.gpu.uuid, "gi": gi})
+        else:
+            gi = instance.id
+        if present is None:
+            if not ours:
+                raise dralet.ClaimError(
+                    uid, f"MIG device {name}: GPU instance {gi} has no compute instance"
+                )
+            try:
+                with self.nvml.session() as nvml:
+                    ci = nvml.create_compute_instance(placement.gpu, gi, placement.profile)
+                    present = next(
+                        (d for d in nvml.mig_devices(placement.gpu) if (d.gi, d.ci) == (gi, ci)),
+                        None,
+                    )
+            except NvmlError as exc:
+                raise dralet.ClaimError(uid, f"MIG device {name}: {exc}") from None
+            if present is None:
+                raise dralet.ClaimError(uid, f"MIG device {name}: made, but NVML does not list it")
+        caps = self._capability_nodes(uid, name, placement.gpu, present.gi, present.ci)
+        state = {
+            "uuid": placement.gpu.uuid,
+            "minor": placement.gpu.minor_number,
+            "migUUID": present.uuid,
+            "gi": present.gi,
+            "ci": present.ci,
+            "made": ours,
+        }
+        return state, caps
+
+    def _capability_nodes(self, uid: str, name: str, gpu: Gpu, gi: int, ci: int) -> list[str]:
+        """The /dev/nvidia-caps nodes of the GPU instance and the compute instance."""
+        base = self.proc_root / _CAPABILITIES / f"gpu{gpu.minor_number}" / "mig" / f"gi{gi}"
+        nodes = []
+        for access in (base / "access", base / f"ci{ci}" / "access"):
+            try:
+                found = _CAP_MINOR.search(access.read_text())
+            except OSError as exc:
+                raise dralet.ClaimError(uid, f"MIG device {name}: {access}: {exc}") from None
+            if found is None:
+                raise dralet.ClaimError(uid, f"MIG device {name}: {access} names no minor")
+            node = f"/dev/nvidia-caps/nvidia-cap{found.group(1)}"
+            if not self._host(node).exists():
+                raise dralet.ClaimError(uid, f"MIG device {name}: {self._host(node)} is missing")
+            nodes.append(node)
+        return nodes
+
+    def release_claim(
+        self, allocation: dralet.ClaimAllocation, states: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Destroy the MIG devices dralet made for the claim (found by the ledger, so a
+        release after a crash that lost the state still finds them); nothing else."""
+        ours = self.ledger.read()
+        for allocated in allocation.devices:
+            entry = ours.get(allocated.device)
+            if entry is None or entry.get("claim") != allocation.claim.uid:
+                continue
+            self._destroy(allocated.device, entry)
+
+    def _destroy(self, name: str, entry: Mapping[str, Any]) -> None:
+        """Destroy the GPU instance the ledger entry names (by its id, or where it sits
+        when a kill came before the id was written), then forget the entry."""
+        with self.nvml.session() as nvml:
+            gpu = next((g for g in nvml.gpus() if g.uuid == entry.get("gpu")), None)
+            if gpu is not None:
+                gi = entry.get("gi")
+                if gi is None:
+                    placement = mig.placements(
+                        gpu, nvml.mig_profiles(gpu), nvml.gpu_instances(gpu), ()
+                    ).get(name)
+                    gi = placement.instance.id if placement and placement.instance else None
+                if gi is not None:
+                    nvml.destroy_gpu_instance(gpu, int(gi))
+        self.ledger.remove(name)
+
+    def devices_in_use(self) -> dict[str, str | Collection[str]]:
+        """From dralet's claim records, and the MIG devices its ledger says it made."""
+        in_use = self.records.devices_in_use()
+        for name, entry in self.ledger.read().items():
+            in_use.setdefault(name, str(entry.get("claim")))
+        return in_use
+
     def survives_reboot(self, device: dralet.AllocatedDevice, state: Mapping[str, Any]) -> bool:
-        """Still prepared when the same GPU (UUID) answers to the same device name."""
+        """Still prepared when the same GPU (UUID) answers to the same device name, and a
+        MIG device is still there (MIG devices do not outlive a reboot on their own)."""
+        if "migUUID" in state:
+            try:
+                placement = self._inventory().placements.get(device.device)
+            except NvmlError:
+                return False
+            return (
+                placement is not None
+                and placement.present is not None
+                and (placement.present.uuid == state.get("migUUID"))
+            )
         gpu = self.gpus().get(device.device)
         return gpu is not None and gpu.uuid == state.get("uuid")
 
     def health(self) -> dict[str, dralet.DeviceHealth]:
-        """Healthy while NVML enumerates it; a held GPU that is gone (or replaced) is not."""
+        """Healthy while NVML enumerates its GPU; a held device whose GPU is gone (or
+        replaced) is not."""
         try:
-            found = self.gpus()
+            inventory = self._inventory()
         except NvmlError as exc:
             reason = f"NVML: {exc}"
             if reason != self._reported:
@@ -167,11 +392,12 @@ class NvidiaGpus(NoHardwareState):
                 for name in self.records.holders()
             }
         self._reported = ""
-        health = {name: dralet.DeviceHealth(dralet.HealthStatus.HEALTHY) for name in found}
+        present = {name: gpu.uuid for name, gpu in inventory.whole.items()}
+        present.update({name: p.gpu.uuid for name, p in inventory.placements.items()})
+        health = {name: dralet.DeviceHealth(dralet.HealthStatus.HEALTHY) for name in present}
         for name, holders in self.records.holders().items():
             for _, state in holders:
-                gpu = found.get(name)
-                if state and (gpu is None or gpu.uuid != state.get("uuid")):
+                if state and present.get(name) != state.get("uuid"):
                     health[name] = dralet.DeviceHealth(
                         dralet.HealthStatus.UNHEALTHY, f"GPU {state.get('uuid')} is gone"
                     )

@@ -3,7 +3,13 @@
 Options (``--driver-option KEY=VALUE`` or the ``--driver-config`` YAML file)::
 
     devRoot: /          # --driver-option dev-root=/host: where the host's /dev is seen
+    procRoot: /proc     # --driver-option proc-root=/host/proc: the host's /proc
+    mig: existing       # --driver-option mig=dynamic: MIG devices made at prepare
     nvmlLibrary: pynvml # --driver-option nvml-library=MODULE:NAME, another binding
+
+``mig: existing`` offers the MIG devices that exist on GPUs in MIG mode; ``mig: dynamic``
+offers every placement of every profile as partitionable devices, makes the MIG device
+at prepare and destroys it at release (it never changes a GPU's MIG mode).
 
 NVML comes from ``nvidia-ml-py`` (``pip install 'dralet[nvidia]'``), which loads the
 node's ``libnvidia-ml.so``; ``nvmlLibrary`` names any other object with pynvml's
@@ -17,12 +23,21 @@ from pathlib import Path
 from typing import Any
 
 import dralet
+from dralet.drivers.nvidia import mig
 from dralet.drivers.nvidia.backend import NvidiaGpus
 from dralet.drivers.nvidia.nvml import Nvml
 
 __all__ = ["factory", "nvidia_gpus"]
 
-_KEYS = {"dev-root": "devRoot", "nvml-library": "nvmlLibrary"}
+_KEYS = {
+    "dev-root": "devRoot",
+    "proc-root": "procRoot",
+    "mig": "mig",
+    "nvml-library": "nvmlLibrary",
+}
+
+
+_ROOTS = {"devRoot": "/", "procRoot": "/proc"}
 
 
 def nvidia_gpus(
@@ -38,14 +53,22 @@ def nvidia_gpus(
     for option, key in _KEYS.items():
         if option in config.options:
             values[key] = config.options[option]
-    dev_root = Path(str(values.get("devRoot", "/")))
-    if not dev_root.is_absolute():
-        raise dralet.DriverLoadError(f"nvidia: devRoot {dev_root}: must be an absolute path")
+    roots = {key: Path(str(values.get(key, default))) for key, default in _ROOTS.items()}
+    for key, root in roots.items():
+        if not root.is_absolute():
+            raise dralet.DriverLoadError(f"nvidia: {key} {root}: must be an absolute path")
+    mode = str(values.get("mig", "existing"))
+    if mode not in mig.MIG_MODES:
+        raise dralet.DriverLoadError(
+            f"nvidia: mig {mode}: expected one of {', '.join(mig.MIG_MODES)}"
+        )
     return NvidiaGpus(
         Nvml(library),
         store_path=settings.driver.store_path,
         legacy_path=settings.driver.checkpoint_path,
-        dev_root=dev_root,
+        dev_root=roots["devRoot"],
+        proc_root=roots["procRoot"],
+        mig_mode=mode,
     )
 
 
