@@ -16,14 +16,15 @@ USER 10001:10001
 WORKDIR /home/builder/src
 COPY --chown=10001:10001 pyproject.toml README.md ./
 COPY --chown=10001:10001 src ./src
-RUN python -m pip wheel --wheel-dir /home/builder/wheels .
+# The nvidia extra (nvidia-ml-py, pure Python) is always in: one image serves every driver.
+RUN python -m pip wheel --wheel-dir /home/builder/wheels ".[nvidia]"
 
 # ---- runtime: only the installed wheels, no compilers, no pip cache
 FROM ${PYTHON_IMAGE}
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 RUN --mount=type=bind,from=build,source=/home/builder/wheels,target=/wheels \
-    python -m pip install --no-index --find-links=/wheels dralet \
+    python -m pip install --no-index --find-links=/wheels "dralet[nvidia]" \
     && dralet --help >/dev/null
 # Root, on purpose, and only for this reason: the driver creates its sockets and CDI
 # specs in the kubelet's host directories (/var/lib/kubelet/plugins_registry,

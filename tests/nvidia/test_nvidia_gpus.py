@@ -205,3 +205,16 @@ def test_a_binding_that_cannot_be_loaded_is_one_clear_error(
     config = dralet.DriverConfig(options={"nvml-library": target})
     with pytest.raises(dralet.DriverLoadError, match=f"nvmlLibrary {target}: .*{problem}"):
         factory(settings, config)
+
+
+@pytest.mark.parametrize(
+    ("path", "problem"),
+    [("lib/libnvidia-ml.so.1", "must be an absolute path"), ("/nonexistent/x.so", "x.so")],
+)
+def test_a_library_path_that_cannot_be_loaded_is_one_clear_error(
+    tmp_path: Path, path: str, problem: str
+) -> None:
+    settings = dralet.Settings(node_settings(tmp_path / "node", driver_name=DRIVER))
+    config = dralet.DriverConfig(options={"nvml-library-path": path})
+    with pytest.raises(dralet.DriverLoadError, match=f"nvmlLibraryPath {path}: .*{problem}"):
+        factory(settings, config)

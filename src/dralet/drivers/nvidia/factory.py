@@ -6,6 +6,11 @@ Options (``--driver-option KEY=VALUE`` or the ``--driver-config`` YAML file)::
     procRoot: /proc     # --driver-option proc-root=/host/proc: the host's /proc
     mig: existing       # --driver-option mig=dynamic: MIG devices made at prepare
     nvmlLibrary: pynvml # --driver-option nvml-library=MODULE:NAME, another binding
+    nvmlLibraryPath: "" # --driver-option nvml-library-path=FILE: libnvidia-ml.so.1 to load
+
+``nvmlLibraryPath`` loads NVML from a file, e.g. the host's driver root mounted into
+the driver's container (``/driver-root/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1``);
+pynvml then finds it loaded. Without it the library path of the process is searched.
 
 ``mig: existing`` offers the MIG devices that exist on GPUs in MIG mode; ``mig: dynamic``
 offers every placement of every profile as partitionable devices, makes the MIG device
@@ -34,6 +39,7 @@ _KEYS = {
     "proc-root": "procRoot",
     "mig": "mig",
     "nvml-library": "nvmlLibrary",
+    "nvml-library-path": "nvmlLibraryPath",
 }
 
 
@@ -83,9 +89,26 @@ def _library(target: str) -> Any:
     return library() if isinstance(library, type) else library
 
 
+def _preload(path: Path) -> None:
+    """Load NVML from ``path``: pynvml's later ``dlopen("libnvidia-ml.so.1")`` finds the
+    library already loaded under that soname."""
+    import ctypes
+
+    if not path.is_absolute():
+        raise dralet.DriverLoadError(f"nvidia: nvmlLibraryPath {path}: must be an absolute path")
+    try:
+        ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    except OSError as exc:
+        raise dralet.DriverLoadError(f"nvidia: nvmlLibraryPath {path}: {exc}") from None
+
+
 def factory(settings: dralet.Settings, config: dralet.DriverConfig) -> NvidiaGpus:
     """``dralet.BackendFactory`` of the NVIDIA driver."""
-    target = config.options.get("nvml-library") or config.load().get("nvmlLibrary")
+    values = config.load()
+    target = config.options.get("nvml-library") or values.get("nvmlLibrary")
+    library_path = config.options.get("nvml-library-path") or values.get("nvmlLibraryPath")
+    if library_path:
+        _preload(Path(str(library_path)))
     if target:
         return nvidia_gpus(settings, config, library=_library(str(target)))
     try:
