@@ -25,6 +25,7 @@ import functools
 import json
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -127,6 +128,8 @@ class FakeNvml:
     state_file: Path | None = None
     proc_root: Path | None = None
     dev_root: Path | None = None
+    pending: list[tuple[int, int, int | None, int | None]] = field(default_factory=list)
+    """XID events not yet waited for: (minor, XID, GPU instance, compute instance)."""
     instances: dict[str, Any] = field(default_factory=dict)
     """``"<minor>"`` → ``{"<gi id>": {"profile": id, "start": n, "cis": [ci ids]}}``."""
     NVMLError: type[Exception] = NVMLError
@@ -448,6 +451,47 @@ class FakeNvml:
         self._ready()
         return handle.ci
 
+    # -- events ---------------------------------------------------------------------------
+
+    def xid(self, index: int, code: int, *, gi: int | None = None, ci: int | None = None) -> None:
+        """The GPU reports XID ``code`` (on a MIG device's instances when given)."""
+        with self._lock:
+            self.pending.append((index, code, gi, ci))
+
+    def nvmlEventSetCreate(self) -> list[int]:
+        self._ready()
+        return []
+
+    def nvmlDeviceRegisterEvents(self, handle: FakeGpu, types: int, events: list[int]) -> None:
+        self._ready()
+        if types & 0x8:
+            events.append(self._minor(handle))
+
+    def nvmlEventSetWait(self, events: list[int], timeout_ms: int) -> Any:
+        """Waits up to the timeout like NVML (not holding the fake's lock meanwhile)."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            with self._lock:
+                self._ready()
+                for item in list(self.pending):
+                    minor, code, gi, ci = item
+                    if minor in events:
+                        self.pending.remove(item)
+                        none = 0xFFFFFFFF
+                        return SimpleNamespace(
+                            device=self.gpus[minor],
+                            eventType=0x8,
+                            eventData=code,
+                            gpuInstanceId=none if gi is None else gi,
+                            computeInstanceId=none if ci is None else ci,
+                        )
+            if time.monotonic() >= deadline:
+                raise NVMLError("Timeout")
+            time.sleep(0.01)
+
+    def nvmlEventSetFree(self, events: list[int]) -> None:
+        self._ready()
+
     # -- the kernel driver's side ---------------------------------------------------------
 
     def _capability(self, minor: int, path: str, cap_minor: int | None) -> None:
@@ -473,7 +517,7 @@ class FakeNvml:
 def _serialize_calls(cls: type[FakeNvml]) -> None:
     """Every NVML call holds the fake's lock, as NVML is safe to call from several
     threads: a call's load, change and save of the state file are one step."""
-    for name in [n for n in vars(cls) if n.startswith("nvml")]:
+    for name in [n for n in vars(cls) if n.startswith("nvml") and n != "nvmlEventSetWait"]:
         method: Callable[..., Any] = getattr(cls, name)
 
         @functools.wraps(method)

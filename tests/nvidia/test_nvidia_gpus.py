@@ -4,6 +4,7 @@ GPU falls off the bus."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,58 @@ def test_a_library_path_that_cannot_be_loaded_is_one_clear_error(
     config = dralet.DriverConfig(options={"nvml-library-path": path})
     with pytest.raises(dralet.DriverLoadError, match=f"nvmlLibraryPath {path}: .*{problem}"):
         factory(settings, config)
+
+
+def test_an_xid_that_breaks_the_gpu_makes_it_unhealthy_and_an_application_xid_does_not(
+    tmp_path: Path,
+) -> None:
+    nvml = FakeNvml()
+    gpus = backend(tmp_path, nvml)
+    gpus.xids.wait_ms = 20
+    try:
+        assert gpus.health()["gpu-2"].status is dralet.HealthStatus.HEALTHY
+        nvml.xid(2, 13)  # a program's own fault
+        nvml.xid(5, 79)
+        deadline = time.monotonic() + 10
+        while "gpu-5" not in [n for n, h in gpus.health().items() if h.status.name == "UNHEALTHY"]:
+            assert time.monotonic() < deadline, "XID 79 never made gpu-5 unhealthy"
+            time.sleep(0.02)
+        health = gpus.health()
+        assert health["gpu-5"].message == "XID 79 (GPU has fallen off the bus)"
+        assert health["gpu-2"].status is dralet.HealthStatus.HEALTHY
+        assert nvml.pending == []
+    finally:
+        gpus.xids.stop()
+
+
+def test_with_the_toolkit_spec_a_device_gets_its_id_and_only_env_of_dralets(
+    tmp_path: Path,
+) -> None:
+    nvml = FakeNvml()
+    settings = node_settings(tmp_path / "node", driver_name=DRIVER)
+    gpus = NvidiaGpus(
+        Nvml(nvml), store_path=settings.store_path, dev_root=tmp_path, toolkit_cdi=True
+    )
+    allocation = dralet.ClaimAllocation(
+        claim=dralet.ClaimRef(dralet.ClaimUID("u"), "default", "c"),
+        devices=(dralet.AllocatedDevice(request="gpu", pool="node-a", device="gpu-4"),),
+    )
+    (prepared,) = gpus.prepare_claim(allocation)
+    assert list(prepared.external_cdi_ids) == [f"nvidia.com/gpu={nvml.gpus[4].uuid}"]
+    assert prepared.edits.device_nodes == ()
+    assert prepared.edits.env == (f"DRALET_NVIDIA_GPU_4={nvml.gpus[4].uuid}",)
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"toolkit-cdi": "yes"}, "toolkitCdi yes: expected true or false"),
+        ({"toolkit-cdi": "true", "mig": "dynamic"}, "cannot name MIG devices made after"),
+    ],
+)
+def test_the_factory_checks_the_toolkit_setting(
+    tmp_path: Path, options: dict[str, str], problem: str
+) -> None:
+    settings = dralet.Settings(node_settings(tmp_path / "node", driver_name=DRIVER))
+    with pytest.raises(dralet.DriverLoadError, match=problem):
+        nvidia_gpus(settings, dralet.DriverConfig(options=options), library=FakeNvml())

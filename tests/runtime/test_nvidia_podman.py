@@ -6,6 +6,7 @@ numbers of the host's nodes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 from pathlib import Path
@@ -65,3 +66,73 @@ async def test_a_prepared_gpu_resolves_and_the_container_sees_its_nodes(
             ), path
         assert "/dev/nvidia0" not in run.dev
         assert "/dev/nvidia-modeset" not in run.dev
+
+
+async def test_with_the_toolkit_spec_the_container_gets_its_nodes_and_libraries(
+    short_tmp: Path, podman_settings: podman.PodmanSettings
+) -> None:
+    """``toolkitCdi``: the device's id of the NVIDIA Container Toolkit's spec (here one
+    written as ``nvidia-ctk cdi generate --device-name-strategy=uuid`` would, naming the
+    fake nodes and a stand-in library) resolves beside dralet's own, which holds env."""
+    settings = node_settings(short_tmp / "node", driver_name=DRIVER)
+    host = device_tree(short_tmp / "host")
+    library = host / "lib" / "libnvidia-ml.so.1"
+    library.parent.mkdir()
+    library.write_text("stand-in for the driver's user-space library\n")
+    nvml = FakeNvml(count=2)
+    gpus = NvidiaGpus(
+        Nvml(nvml),
+        store_path=settings.store_path,
+        legacy_path=settings.checkpoint_path,
+        dev_root=host,
+        toolkit_cdi=True,
+    )
+    settings.cdi_dir.mkdir(parents=True, exist_ok=True)
+    toolkit = {
+        "cdiVersion": "0.5.0",
+        "kind": "nvidia.com/gpu",
+        "devices": [
+            {
+                "name": gpu.uuid,
+                "containerEdits": {
+                    "deviceNodes": [
+                        {"path": f"/dev/nvidia{i}", "hostPath": str(host / f"dev/nvidia{i}")}
+                    ]
+                },
+            }
+            for i, gpu in enumerate(nvml.gpus)
+        ],
+        "containerEdits": {
+            "deviceNodes": [{"path": "/dev/nvidiactl", "hostPath": str(host / "dev/nvidiactl")}],
+            "mounts": [
+                {
+                    "hostPath": str(library),
+                    "containerPath": "/usr/lib/libnvidia-ml.so.1",
+                    "options": ["ro", "nosuid", "nodev", "bind"],
+                }
+            ],
+        },
+    }
+    (settings.cdi_dir / "nvidia.json").write_text(json.dumps(toolkit))
+    claims = MemoryClaims()
+    claim = claims.add(allocated_claim("c", driver=DRIVER, devices=[("gpu", "gpu-1")]))
+    uid = claim["metadata"]["uid"]
+    async with running_node(settings, gpus, claims=claims) as node:
+        prepared = await node.prepare(claim)
+        assert prepared.kubelet_error == ""
+        ids = prepared.cdi_ids(uid)
+        assert ids[1] == f"nvidia.com/gpu={nvml.gpus[1].uuid}"
+        run = await asyncio.to_thread(
+            podman.run_container,
+            settings.cdi_dir,
+            ids,
+            command=("cat", "/usr/lib/libnvidia-ml.so.1"),
+            settings=podman_settings,
+        )
+        assert run.ok, run.cdi_error or run.stderr
+        assert {"/dev/nvidia1", "/dev/nvidiactl"} <= set(run.dev)
+        assert "/dev/nvidia0" not in run.dev
+        assert run.env["DRALET_NVIDIA_GPU_1"] == nvml.gpus[1].uuid
+        assert "stand-in" in run.stdout
+        assert (await node.unprepare(claim)).kubelet_error == ""
+    assert (settings.cdi_dir / "nvidia.json").exists()  # the toolkit's spec is not dralet's

@@ -90,6 +90,8 @@ def _device_to_dict(d: DeviceRecord) -> dict[str, Any]:
         out["requestNames"] = list(d.request_names)
     if d.cdi_device_ids:
         out["cdiDeviceIds"] = list(d.cdi_device_ids)
+    if d.external_cdi_ids:
+        out["externalCdiDeviceIds"] = list(d.external_cdi_ids)
     if d.admin_access:
         out["adminAccess"] = True
     if d.share_id:
@@ -175,6 +177,7 @@ def _device_from_dict(value: Any) -> DeviceRecord:
         device=_field(d, "device", str, None),
         request_names=_strings(d, "requestNames"),
         cdi_device_ids=_strings(d, "cdiDeviceIds"),
+        external_cdi_ids=_strings(d, "externalCdiDeviceIds"),
         admin_access=_field(d, "adminAccess", bool, False),
         share_id=_field(d, "shareId", str, ""),
         backend_state=dict(_field(d, "backendState", dict, {})),

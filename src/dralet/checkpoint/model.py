@@ -46,6 +46,9 @@ class DeviceRecord:
     device: str
     request_names: tuple[str, ...] = ()
     cdi_device_ids: tuple[str, ...] = ()
+    """The CDI devices of the claim's own spec, the device's first."""
+    external_cdi_ids: tuple[str, ...] = ()
+    """CDI devices other specs define, given to the kubelet after the device's own."""
     admin_access: bool = False
     share_id: str = ""
     backend_state: Mapping[str, Any] = field(default_factory=dict)

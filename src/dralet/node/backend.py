@@ -178,11 +178,16 @@ class PreparedDevice:
     driver writes device status; None gives the default ``Ready`` entry.
     ``metadata``: the device's entry in the metadata file of its request, when the
     driver writes device metadata.
+    ``external_cdi_ids``: fully qualified ids of CDI devices another spec on the node
+    defines (the NVIDIA Container Toolkit's ``nvidia.com/gpu=<uuid>``, say), given to
+    the kubelet after the device's own; dralet neither writes nor removes them. Their
+    kind must not be the driver's own.
     """
 
     edits: ContainerEdits
     state: Mapping[str, Any] = field(default_factory=dict)
     more_edits: Sequence[ContainerEdits] = ()
+    external_cdi_ids: Sequence[str] = ()
     status: DeviceStatus | None = None
     metadata: DeviceMetadata | None = None
 

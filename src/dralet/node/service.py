@@ -170,7 +170,7 @@ def _fill_prepare_response(
                 request_names=list(device.request_names),
                 pool_name=device.pool,
                 device_name=device.device,
-                cdi_device_ids=list(device.cdi_device_ids),
+                cdi_device_ids=[*device.cdi_device_ids, *device.external_cdi_ids],
             )
             if with_share_id and device.share_id:
                 out.share_id = device.share_id

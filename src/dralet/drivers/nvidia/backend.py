@@ -17,8 +17,9 @@ on the host, so releasing them undoes nothing and ``devices_in_use`` is read fro
 dralet's own claim records, as for hostdev; MIG devices dralet made are also in its
 ledger.
 
-The user-space libraries are not mounted yet; a container image that brings its own
-CUDA user-space, matched to the node's driver, works today.
+The driver's user-space libraries come from the NVIDIA Container Toolkit's CDI spec
+when ``toolkit_cdi`` is set: each device then also gets that spec's id. Without it, a
+container image must bring CUDA user-space matched to the node's driver.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from typing import Any
 
 import dralet
 from dralet.drivers.heldrecords import HeldRecords
-from dralet.drivers.nvidia import mig
+from dralet.drivers.nvidia import mig, xids
 from dralet.drivers.nvidia.nvml import Gpu, MigProfile, Nvml, NvmlError
 
-__all__ = ["CONTROL_NODES", "NvidiaGpus", "semantic_version"]
+__all__ = ["CONTROL_NODES", "TOOLKIT_CDI_KIND", "NvidiaGpus", "semantic_version"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ CONTROL_NODES = (
 )
 """The driver's device nodes every CUDA process opens besides its GPU's (the ones a
 host lacks, e.g. nvidia-modeset on a headless node, are left out)."""
+TOOLKIT_CDI_KIND = "nvidia.com/gpu"
+"""The kind of the NVIDIA Container Toolkit's spec (``nvidia-ctk cdi generate
+--device-name-strategy=uuid`` names its devices by GPU and MIG UUID)."""
 _VERSION_PARTS = re.compile(r"^(\d+)(?:\.(\d+))?(?:\.(\d+))?$")
 _CAPABILITIES = "driver/nvidia/capabilities"
 _CAP_MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
@@ -96,6 +100,7 @@ class NvidiaGpus:
         dev_root: Path = Path("/"),
         proc_root: Path = Path("/proc"),
         mig_mode: str = "existing",
+        toolkit_cdi: bool = False,
     ) -> None:
         if mig_mode not in mig.MIG_MODES:
             raise ValueError(f"mig mode {mig_mode!r}: expected one of {', '.join(mig.MIG_MODES)}")
@@ -103,8 +108,12 @@ class NvidiaGpus:
         self.dev_root = dev_root
         self.proc_root = proc_root
         self.mig_mode = mig_mode
+        self.toolkit_cdi = toolkit_cdi
+        """Device nodes and libraries come from the NVIDIA Container Toolkit's own CDI
+        spec (``nvidia.com/gpu=<uuid>``); dralet's spec for the device holds only env."""
         self.records = HeldRecords(store_path, legacy_path, driver="nvidia")
         self.ledger = mig.MigLedger(store_path.parent / mig.LEDGER_NAME)
+        self.xids = xids.XidWatch(nvml)
         self._reported = ""
         """The last NVML failure logged (each new one is logged once)."""
 
@@ -229,6 +238,17 @@ class NvidiaGpus:
             else:
                 assert gpu is not None
                 state, caps = {"uuid": gpu.uuid, "minor": gpu.minor_number}, []
+            visible = state.get("migUUID", gpu.uuid)
+            env = (f"DRALET_NVIDIA_GPU_{gpu.minor_number}={visible}",)
+            if self.toolkit_cdi:
+                prepared.append(
+                    dralet.PreparedDevice(
+                        edits=dralet.ContainerEdits(env=env),
+                        state=state,
+                        external_cdi_ids=(f"{TOOLKIT_CDI_KIND}={visible}",),
+                    )
+                )
+                continue
             node = f"/dev/nvidia{gpu.minor_number}"
             if not self._host(node).exists():
                 raise dralet.ClaimError(uid, f"GPU {name}: {self._host(node)} is missing")
@@ -236,14 +256,9 @@ class NvidiaGpus:
                 dralet.DeviceNode(path=path, host_path=str(self._host(path)))
                 for path in (node, *controls, *caps)
             )
-            visible = state.get("migUUID", gpu.uuid)
             prepared.append(
                 dralet.PreparedDevice(
-                    edits=dralet.ContainerEdits(
-                        device_nodes=nodes,
-                        env=(f"DRALET_NVIDIA_GPU_{gpu.minor_number}={visible}",),
-                    ),
-                    state=state,
+                    edits=dralet.ContainerEdits(device_nodes=nodes, env=env), state=state
                 )
             )
         return prepared
@@ -378,8 +393,9 @@ class NvidiaGpus:
         return gpu is not None and gpu.uuid == state.get("uuid")
 
     def health(self) -> dict[str, dralet.DeviceHealth]:
-        """Healthy while NVML enumerates its GPU; a held device whose GPU is gone (or
-        replaced) is not."""
+        """Healthy while NVML enumerates its GPU and no XID said it is broken; a held
+        device whose GPU is gone (or replaced) is not."""
+        self.xids.start()
         try:
             inventory = self._inventory()
         except NvmlError as exc:
@@ -394,7 +410,13 @@ class NvidiaGpus:
         self._reported = ""
         present = {name: gpu.uuid for name, gpu in inventory.whole.items()}
         present.update({name: p.gpu.uuid for name, p in inventory.placements.items()})
-        health = {name: dralet.DeviceHealth(dralet.HealthStatus.HEALTHY) for name in present}
+        broken = self.xids.faults()
+        health = {
+            name: dralet.DeviceHealth(dralet.HealthStatus.UNHEALTHY, broken[uuid])
+            if uuid in broken
+            else dralet.DeviceHealth(dralet.HealthStatus.HEALTHY)
+            for name, uuid in present.items()
+        }
         for name, holders in self.records.holders().items():
             for _, state in holders:
                 if state and present.get(name) != state.get("uuid"):

@@ -5,12 +5,19 @@ Options (``--driver-option KEY=VALUE`` or the ``--driver-config`` YAML file)::
     devRoot: /          # --driver-option dev-root=/host: where the host's /dev is seen
     procRoot: /proc     # --driver-option proc-root=/host/proc: the host's /proc
     mig: existing       # --driver-option mig=dynamic: MIG devices made at prepare
+    toolkitCdi: false   # --driver-option toolkit-cdi=true: use the toolkit's CDI spec
     nvmlLibrary: pynvml # --driver-option nvml-library=MODULE:NAME, another binding
     nvmlLibraryPath: "" # --driver-option nvml-library-path=FILE: libnvidia-ml.so.1 to load
 
 ``nvmlLibraryPath`` loads NVML from a file, e.g. the host's driver root mounted into
 the driver's container (``/driver-root/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1``);
 pynvml then finds it loaded. Without it the library path of the process is searched.
+
+``toolkitCdi: true`` gives each device the NVIDIA Container Toolkit's CDI id
+(``nvidia.com/gpu=<GPU or MIG UUID>``, from a spec made with ``nvidia-ctk cdi generate
+--device-name-strategy=uuid``) besides dralet's own, which then holds only env: the
+toolkit's spec brings the device nodes and the driver's user-space libraries. It cannot
+name MIG devices made after it was generated, so it does not go with ``mig: dynamic``.
 
 ``mig: existing`` offers the MIG devices that exist on GPUs in MIG mode; ``mig: dynamic``
 offers every placement of every profile as partitionable devices, makes the MIG device
@@ -38,6 +45,7 @@ _KEYS = {
     "dev-root": "devRoot",
     "proc-root": "procRoot",
     "mig": "mig",
+    "toolkit-cdi": "toolkitCdi",
     "nvml-library": "nvmlLibrary",
     "nvml-library-path": "nvmlLibraryPath",
 }
@@ -68,6 +76,14 @@ def nvidia_gpus(
         raise dralet.DriverLoadError(
             f"nvidia: mig {mode}: expected one of {', '.join(mig.MIG_MODES)}"
         )
+    toolkit = str(values.get("toolkitCdi", False)).lower()
+    if toolkit not in ("true", "false"):
+        raise dralet.DriverLoadError(f"nvidia: toolkitCdi {toolkit}: expected true or false")
+    if toolkit == "true" and mode == "dynamic":
+        raise dralet.DriverLoadError(
+            "nvidia: toolkitCdi with mig: dynamic: the toolkit's spec cannot name MIG devices "
+            "made after it was generated"
+        )
     return NvidiaGpus(
         Nvml(library),
         store_path=settings.driver.store_path,
@@ -75,6 +91,7 @@ def nvidia_gpus(
         dev_root=roots["devRoot"],
         proc_root=roots["procRoot"],
         mig_mode=mode,
+        toolkit_cdi=toolkit == "true",
     )
 
 

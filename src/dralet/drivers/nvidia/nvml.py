@@ -14,7 +14,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ARCHITECTURES", "Gpu", "GpuInstance", "MigDevice", "MigProfile", "Nvml", "NvmlError"]
+__all__ = [
+    "ARCHITECTURES",
+    "Gpu",
+    "GpuInstance",
+    "MigDevice",
+    "MigProfile",
+    "Nvml",
+    "NvmlError",
+    "XidEvent",
+]
 
 ARCHITECTURES = {
     2: "Kepler",
@@ -40,6 +49,9 @@ _ENGINE_PROFILE_SHARED = 0x0
 _INSTANCE_IDS = tuple(range(32))
 """GPU and compute instance ids probed (NVML numbers them from 0; fewer exist)."""
 _MAX_PLACEMENTS = 16
+EVENT_XID_CRITICAL = 0x8
+"""``nvmlEventTypeXidCriticalError``."""
+_NO_INSTANCE = 0xFFFFFFFF
 _MIG_ENABLED = 1
 
 
@@ -93,6 +105,16 @@ class MigDevice:
     profile_id: int
     start: int
     memory_bytes: int
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """An XID error NVML reported for a GPU (and, on a MIG device, its instances)."""
+
+    gpu_uuid: str
+    xid: int
+    gpu_instance: int | None
+    compute_instance: int | None
 
 
 @dataclass(frozen=True)
@@ -288,6 +310,40 @@ class Nvml:
                 self._call("nvmlComputeInstanceDestroy", ci)
         self._call("nvmlGpuInstanceDestroy", gi)
         return True
+
+    def xid_events(self, gpus: list[Gpu]) -> Any:
+        """An NVML event set on which every GPU that supports it reports XID errors."""
+        events = self._call("nvmlEventSetCreate")
+        for gpu in gpus:
+            try:
+                self._call(
+                    "nvmlDeviceRegisterEvents", self._handle(gpu), EVENT_XID_CRITICAL, events
+                )
+            except NvmlError as exc:
+                if "Not Supported" not in str(exc):
+                    raise
+        return events
+
+    def wait_xid(self, events: Any, timeout_ms: int) -> XidEvent | None:
+        """The next XID error of ``events``, or None when none came within the timeout."""
+        try:
+            data = self._call("nvmlEventSetWait", events, timeout_ms)
+        except NvmlError as exc:
+            if "Timeout" in str(exc):
+                return None
+            raise
+        if int(data.eventType) != EVENT_XID_CRITICAL:
+            return None
+        gi, ci = int(data.gpuInstanceId), int(data.computeInstanceId)
+        return XidEvent(
+            gpu_uuid=_text(self._call("nvmlDeviceGetUUID", data.device)),
+            xid=int(data.eventData),
+            gpu_instance=None if gi == _NO_INSTANCE else gi,
+            compute_instance=None if ci == _NO_INSTANCE else ci,
+        )
+
+    def free_events(self, events: Any) -> None:
+        self._call("nvmlEventSetFree", events)
 
     def _gpu(self, index: int) -> Gpu:
         handle = self._call("nvmlDeviceGetHandleByIndex", index)

@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from dralet import errors, failpoints
+from dralet.cdi import names as cdi_names
 from dralet.cdi import spec as cdi_spec
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint.database import Put
@@ -165,6 +166,9 @@ class Steps:
                     raise errors.ClaimError(
                         ref.uid, f"backend returned no container edits for device {device.device}"
                     )
+                problem = self._external_id_problem(device.external_cdi_ids)
+                if problem:
+                    raise errors.ClaimError(ref.uid, f"device {device.device}: {problem}")
             failpoints.hit(FP_AFTER_BACKEND_PREPARE)
             metadata: dict[str, str] = {}
             if self.settings.device_metadata:
@@ -292,10 +296,25 @@ class Steps:
             else replace(
                 device.with_prepared_state(result.state),
                 cdi_device_ids=_cdi_ids(device, len(result.more_edits)),
+                external_cdi_ids=tuple(result.external_cdi_ids),
             )
             for device, result in zip(record.devices, results, strict=True)
         )
         return replace(record, devices=devices, updated_at=now_stamp())
+
+    def _external_id_problem(self, ids: Sequence[str]) -> str:
+        """Why the backend's external CDI ids cannot be given to the kubelet, if so."""
+        for external in ids:
+            try:
+                parsed = cdi_names.parse_qualified_name(external)
+            except cdi_names.CDINameError as exc:
+                return f"external CDI id {external!r}: {exc}"
+            if parsed.kind == self.settings.cdi_kind:
+                return (
+                    f"external CDI id {external!r} has the driver's own kind "
+                    f"{self.settings.cdi_kind}: its specs are dralet's to write"
+                )
+        return ""
 
     def _device_records(
         self,
