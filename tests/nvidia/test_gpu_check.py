@@ -1,5 +1,6 @@
 """``scripts/gpu-check`` over the fake NVML standing in for ``pynvml`` (GPU 0 in MIG mode
-with one MIG device): it lists what the driver would publish, MIG included."""
+with one MIG device) and a fake /dev: it lists what the driver would publish, MIG
+included, and the driver passes ``dralet conformance`` (the script exits 0)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.nvidia.test_nvidia_gpus import fake_dev
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -28,12 +31,13 @@ def __getattr__(name):
 """
 
 
-def test_gpu_check_lists_mig_profiles_devices_and_placements(tmp_path: Path) -> None:
+def test_gpu_check_lists_mig_and_passes_conformance(tmp_path: Path) -> None:
     (tmp_path / "pynvml.py").write_text(FAKE_PYNVML)
     env = {
         **os.environ,
         "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPOSITORY}",
         "DRALET_VENV": str(Path(sys.executable).parent.parent),
+        "GPU_CHECK_DEV_ROOT": str(fake_dev(tmp_path / "host")),
     }
     out = subprocess.run(
         [str(REPOSITORY / "scripts" / "gpu-check")],
@@ -41,10 +45,12 @@ def test_gpu_check_lists_mig_profiles_devices_and_placements(tmp_path: Path) -> 
         text=True,
         env=env,
         check=True,
-        timeout=120,
+        timeout=240,
     ).stdout
     assert "GPU 0: MIG on (pending on)" in out
     assert "3g.40gb      id  9  3 compute / 4 memory slices" in out
     assert "MIG device MigDevice(uuid='MIG-" in out
     assert "`mig: dynamic` would publish 24 placements" in out
     assert '"name": "gpu-0-mig"' in out
+    assert "a claim on gpu-1 gets the device nodes ['/dev/nvidia1'" in out
+    assert "the driver under dralet conformance" in out
