@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 import threading
 import time
 import uuid
@@ -128,6 +129,8 @@ class FakeNvml:
     state_file: Path | None = None
     proc_root: Path | None = None
     dev_root: Path | None = None
+    device_nodes: bool = False
+    """Capability nodes are character devices (mknod, as root) instead of empty files."""
     pending: list[tuple[int, int, int | None, int | None]] = field(default_factory=list)
     """XID events not yet waited for: (minor, XID, GPU instance, compute instance)."""
     instances: dict[str, Any] = field(default_factory=dict)
@@ -511,7 +514,12 @@ class FakeNvml:
         if self.dev_root is not None:
             node = self.dev_root / f"dev/nvidia-caps/nvidia-cap{cap_minor}"
             node.parent.mkdir(parents=True, exist_ok=True)
-            node.write_text("")
+            if self.device_nodes:
+                # /dev/null's numbers, as the crash and podman tests make the GPU nodes.
+                node.unlink(missing_ok=True)
+                os.mknod(node, stat.S_IFCHR | 0o666, os.stat("/dev/null").st_rdev)
+            else:
+                node.write_text("")
 
 
 def _serialize_calls(cls: type[FakeNvml]) -> None:

@@ -136,3 +136,38 @@ async def test_with_the_toolkit_spec_the_container_gets_its_nodes_and_libraries(
         assert "stand-in" in run.stdout
         assert (await node.unprepare(claim)).kubelet_error == ""
     assert (settings.cdi_dir / "nvidia.json").exists()  # the toolkit's spec is not dralet's
+
+
+async def test_a_mig_device_made_at_prepare_resolves_with_its_capability_nodes(
+    short_tmp: Path, podman_settings: podman.PodmanSettings
+) -> None:
+    """``mig: dynamic``: prepare makes a MIG device on GPU 0; the container sees the GPU's
+    node, the control nodes and the two /dev/nvidia-caps nodes of the MIG device."""
+    settings = node_settings(short_tmp / "node", driver_name=DRIVER)
+    host = device_tree(short_tmp / "host")
+    nvml = FakeNvml(count=2, mig={0}, proc_root=host / "proc", dev_root=host, device_nodes=True)
+    gpus = NvidiaGpus(
+        Nvml(nvml),
+        store_path=settings.store_path,
+        legacy_path=settings.checkpoint_path,
+        dev_root=host,
+        proc_root=host / "proc",
+        mig_mode="dynamic",
+    )
+    claims = MemoryClaims()
+    claim = claims.add(allocated_claim("c", driver=DRIVER, devices=[("m", "gpu-0-mig-3g-40gb-4")]))
+    uid = claim["metadata"]["uid"]
+    async with running_node(settings, gpus, claims=claims) as node:
+        prepared = await node.prepare(claim)
+        assert prepared.kubelet_error == ""
+        caps = sorted(p.name for p in (host / "dev" / "nvidia-caps").iterdir())
+        assert len(caps) == 2
+        run = await asyncio.to_thread(
+            podman.run_container, settings.cdi_dir, prepared.cdi_ids(uid), settings=podman_settings
+        )
+        assert run.ok, run.cdi_error or run.stderr
+        expected = {"/dev/nvidia0", "/dev/nvidiactl", *(f"/dev/nvidia-caps/{c}" for c in caps)}
+        assert expected <= set(run.dev)
+        assert run.env["DRALET_NVIDIA_GPU_0"].startswith("MIG-")
+        assert (await node.unprepare(claim)).kubelet_error == ""
+    assert list((host / "dev" / "nvidia-caps").iterdir()) == []
