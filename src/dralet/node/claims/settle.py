@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dralet import errors, fsutil
 from dralet.checkpoint.model import ClaimRecord, ClaimState
@@ -230,14 +230,8 @@ async def collect_stale(
     refs = {uid: ClaimRef(ClaimUID(uid), r.namespace, r.name) for uid, r in records}
     # Read concurrently (bounded by the API limit); a claim that cannot be read now is
     # simply not proven stale in this pass.
-    served = await asyncio.gather(
-        *(
-            engine.calls.get_claim(refs[uid])
-            for uid, r in records
-            if r.state != ClaimState.RELEASED
-        ),
-        return_exceptions=True,
-    )
+    wanted = [refs[uid] for uid, r in records if r.state != ClaimState.RELEASED]
+    served = await _read_all(engine, wanted)
     claims = iter(served)
     for uid, record in records:
         if record.state == ClaimState.RELEASED:
@@ -280,6 +274,29 @@ async def collect_stale(
         engine.metrics.stale_claim_cleanups.inc()
         cleaned.append(uid)
     return cleaned
+
+
+async def _read_all(
+    engine: ClaimEngine, refs: Sequence[ClaimRef]
+) -> list[Mapping[str, Any] | BaseException | None]:
+    """Each claim as the API has it now (or the error reading it), in ``refs`` order: as
+    many readers as API calls may be in flight, each taking the next claim, so a pass
+    over 10,000 claims makes a few tasks, not 10,000."""
+    served: list[Mapping[str, Any] | BaseException | None] = [None] * len(refs)
+    pending = iter(range(len(refs)))
+
+    async def reader() -> None:
+        for index in pending:
+            try:
+                served[index] = await engine.calls.get_claim(refs[index])
+            except (asyncio.CancelledError, errors.IrreversibleError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported per claim by the caller
+                served[index] = exc
+
+    readers = min(len(refs), engine.settings.max_parallel_api_calls)
+    await asyncio.gather(*(reader() for _ in range(readers)))
+    return served
 
 
 async def fix(engine: ClaimEngine, findings: Sequence[plan.Finding]) -> RecoveryReport:
