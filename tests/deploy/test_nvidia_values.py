@@ -67,3 +67,5 @@ def test_the_driver_runs_on_gpu_nodes_with_the_host_paths_it_needs(
     settings = dralet.Settings(node_settings(tmp_path / "node", driver_name="gpu.nvidia.com"))
     gpus = nvidia_gpus(settings, dralet.DriverConfig.read(path), library=FakeNvml())
     assert (gpus.mig_mode, gpus.proc_root) == ("existing", Path("/host/proc"))
+    assert (gpus.driver_root, gpus.host_driver_root) == (Path("/driver-root"), Path("/"))
+    assert "/driver-root/usr/bin" in mounts

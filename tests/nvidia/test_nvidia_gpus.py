@@ -274,3 +274,60 @@ def test_the_factory_checks_the_toolkit_setting(
     settings = dralet.Settings(node_settings(tmp_path / "node", driver_name=DRIVER))
     with pytest.raises(dralet.DriverLoadError, match=problem):
         nvidia_gpus(settings, dralet.DriverConfig(options=options), library=FakeNvml())
+
+
+def driver_root(root: Path, version: str = "550.54.15") -> Path:
+    """A driver root as the NVIDIA installer leaves it (files named by the version)."""
+    lib = root / "usr" / "lib" / "x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    for name in ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so"):
+        (lib / f"{name}.{version}").write_text(f"{name} {version}\n")
+        (lib / f"{name}.1").symlink_to(f"{name}.{version}")
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "usr" / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho fake nvidia-smi\n")
+    return root
+
+
+def test_a_prepared_gpu_gets_the_drivers_libraries_from_the_host_root(tmp_path: Path) -> None:
+    settings = node_settings(tmp_path / "node", driver_name=DRIVER)
+    gpus = NvidiaGpus(
+        Nvml(FakeNvml()),
+        store_path=settings.store_path,
+        dev_root=fake_dev(tmp_path / "host"),
+        driver_root=driver_root(tmp_path / "driver-root"),
+        host_driver_root=Path("/run/nvidia/driver"),
+    )
+    allocation = dralet.ClaimAllocation(
+        claim=dralet.ClaimRef(dralet.ClaimUID("u"), "default", "c"),
+        devices=(dralet.AllocatedDevice(request="gpu", pool="node-a", device="gpu-0"),),
+    )
+    (prepared,) = gpus.prepare_claim(allocation)
+    mounts = {m.container_path: m.host_path for m in prepared.edits.mounts}
+    lib = "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"
+    assert mounts == {
+        "/usr/local/nvidia/lib64/libcuda.so.550.54.15": f"{lib}/libcuda.so.550.54.15",
+        "/usr/local/nvidia/lib64/libcuda.so.1": f"{lib}/libcuda.so.550.54.15",
+        "/usr/local/nvidia/lib64/libnvidia-ml.so.550.54.15": f"{lib}/libnvidia-ml.so.550.54.15",
+        "/usr/local/nvidia/lib64/libnvidia-ml.so.1": f"{lib}/libnvidia-ml.so.550.54.15",
+        "/usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.550.54.15": (
+            f"{lib}/libnvidia-ptxjitcompiler.so.550.54.15"
+        ),
+        "/usr/local/nvidia/bin/nvidia-smi": "/run/nvidia/driver/usr/bin/nvidia-smi",
+    }
+    assert all("ro" in m.options for m in prepared.edits.mounts)
+
+
+def test_without_the_drivers_libraries_a_gpu_gets_no_mounts(tmp_path: Path) -> None:
+    settings = node_settings(tmp_path / "node", driver_name=DRIVER)
+    gpus = NvidiaGpus(
+        Nvml(FakeNvml()),
+        store_path=settings.store_path,
+        dev_root=fake_dev(tmp_path / "host"),
+        driver_root=tmp_path / "empty",
+    )
+    allocation = dralet.ClaimAllocation(
+        claim=dralet.ClaimRef(dralet.ClaimUID("u"), "default", "c"),
+        devices=(dralet.AllocatedDevice(request="gpu", pool="node-a", device="gpu-0"),),
+    )
+    (prepared,) = gpus.prepare_claim(allocation)
+    assert prepared.edits.mounts == ()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from tests.harness import podman
 from tests.nvidia.fakenvml import FakeNvml
+from tests.nvidia.test_nvidia_gpus import driver_root
 
 from dralet.drivers.nvidia.backend import NvidiaGpus
 from dralet.drivers.nvidia.nvml import Nvml
@@ -171,3 +172,41 @@ async def test_a_mig_device_made_at_prepare_resolves_with_its_capability_nodes(
         assert run.env["DRALET_NVIDIA_GPU_0"].startswith("MIG-")
         assert (await node.unprepare(claim)).kubelet_error == ""
     assert list((host / "dev" / "nvidia-caps").iterdir()) == []
+
+
+async def test_the_drivers_libraries_are_mounted_where_cuda_images_look(
+    short_tmp: Path, podman_settings: podman.PodmanSettings
+) -> None:
+    """Without the toolkit's spec, the libraries found under the driver root are mounted
+    read-only at /usr/local/nvidia/lib64 under their file name and soname."""
+    settings = node_settings(short_tmp / "node", driver_name=DRIVER)
+    gpus = NvidiaGpus(
+        Nvml(FakeNvml(count=2)),
+        store_path=settings.store_path,
+        legacy_path=settings.checkpoint_path,
+        dev_root=device_tree(short_tmp / "host"),
+        driver_root=driver_root(short_tmp / "driver-root"),
+    )
+    claims = MemoryClaims()
+    claim = claims.add(allocated_claim("c", driver=DRIVER, devices=[("gpu", "gpu-0")]))
+    async with running_node(settings, gpus, claims=claims) as node:
+        prepared = await node.prepare(claim)
+        assert prepared.kubelet_error == ""
+        run = await asyncio.to_thread(
+            podman.run_container,
+            settings.cdi_dir,
+            prepared.cdi_ids(claim["metadata"]["uid"]),
+            command=(
+                "sh",
+                "-c",
+                "cat /usr/local/nvidia/lib64/libcuda.so.1 /usr/local/nvidia/lib64/"
+                "libnvidia-ml.so.550.54.15 && ! touch /usr/local/nvidia/lib64/libcuda.so.1",
+            ),
+            settings=podman_settings,
+        )
+        assert run.ok, run.cdi_error or run.stderr
+        assert run.stdout.splitlines() == [
+            "libcuda.so 550.54.15",
+            "libnvidia-ml.so 550.54.15",
+        ]
+        assert "/dev/nvidia0" in run.dev

@@ -17,9 +17,9 @@ on the host, so releasing them undoes nothing and ``devices_in_use`` is read fro
 dralet's own claim records, as for hostdev; MIG devices dralet made are also in its
 ledger.
 
-The driver's user-space libraries come from the NVIDIA Container Toolkit's CDI spec
-when ``toolkit_cdi`` is set: each device then also gets that spec's id. Without it, a
-container image must bring CUDA user-space matched to the node's driver.
+The driver's user-space libraries and ``nvidia-smi`` are mounted from the driver root
+(``dralet.drivers.nvidia.libraries``), or, with ``toolkit_cdi``, come from the NVIDIA
+Container Toolkit's CDI spec, whose id each device then also gets.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 
 import dralet
 from dralet.drivers.heldrecords import HeldRecords
-from dralet.drivers.nvidia import mig, xids
+from dralet.drivers.nvidia import libraries, mig, xids
 from dralet.drivers.nvidia.nvml import Gpu, MigProfile, Nvml, NvmlError
 
 __all__ = ["CONTROL_NODES", "TOOLKIT_CDI_KIND", "NvidiaGpus", "semantic_version"]
@@ -80,6 +80,8 @@ class _Inventory:
     """What NVML shows now: whole GPUs and MIG placements, by device name."""
 
     driver: dralet.Version | None
+    driver_text: str
+    """The version as NVML spells it (``535.104.05``): the libraries' file names."""
     whole: dict[str, Gpu]
     placements: dict[str, mig.Placement]
     mig_gpus: dict[str, tuple[Gpu, tuple[MigProfile, ...]]]
@@ -101,6 +103,8 @@ class NvidiaGpus:
         proc_root: Path = Path("/proc"),
         mig_mode: str = "existing",
         toolkit_cdi: bool = False,
+        driver_root: Path = Path("/"),
+        host_driver_root: Path | None = None,
     ) -> None:
         if mig_mode not in mig.MIG_MODES:
             raise ValueError(f"mig mode {mig_mode!r}: expected one of {', '.join(mig.MIG_MODES)}")
@@ -109,6 +113,9 @@ class NvidiaGpus:
         self.proc_root = proc_root
         self.mig_mode = mig_mode
         self.toolkit_cdi = toolkit_cdi
+        self.driver_root = driver_root
+        self.host_driver_root = host_driver_root or driver_root
+        self._driver_files: libraries.DriverFiles | None = None
         """Device nodes and libraries come from the NVIDIA Container Toolkit's own CDI
         spec (``nvidia.com/gpu=<uuid>``); dralet's spec for the device holds only env."""
         self.records = HeldRecords(store_path, legacy_path, driver="nvidia")
@@ -126,7 +133,8 @@ class NvidiaGpus:
 
     def _inventory(self) -> _Inventory:
         with self.nvml.session() as nvml:
-            driver = semantic_version(nvml.driver_version())
+            driver_text = nvml.driver_version()
+            driver = semantic_version(driver_text)
             whole: dict[str, Gpu] = {}
             placements: dict[str, mig.Placement] = {}
             mig_gpus: dict[str, tuple[Gpu, tuple[MigProfile, ...]]] = {}
@@ -139,7 +147,7 @@ class NvidiaGpus:
                     mig.placements(gpu, profiles, nvml.gpu_instances(gpu), nvml.mig_devices(gpu))
                 )
                 mig_gpus[mig.counter_set_name(gpu)] = (gpu, profiles)
-        return _Inventory(driver, whole, placements, mig_gpus)
+        return _Inventory(driver, driver_text, whole, placements, mig_gpus)
 
     def _host(self, path: str) -> Path:
         return self.dev_root / path.lstrip("/")
@@ -221,9 +229,26 @@ class NvidiaGpus:
             partition=partition,
         )
 
+    def _library_mounts(self, version: str) -> tuple[dralet.Mount, ...]:
+        """The driver's libraries and tools of ``version`` (looked up once per version)."""
+        known = self._driver_files
+        if known is None or known.version != version:
+            if not libraries.usable_version(version):
+                return ()
+            known = libraries.find(self.driver_root, self.host_driver_root, version)
+            self._driver_files = known
+            if "libnvidia-ml.so" in known.missing:
+                log.warning(
+                    "nvidia: no driver %s libraries under %s; containers must bring their own",
+                    version,
+                    self.driver_root,
+                )
+        return known.mounts
+
     def prepare_claim(self, allocation: dralet.ClaimAllocation) -> list[dralet.PreparedDevice]:
         inventory = self._inventory()
         controls = [p for p in CONTROL_NODES if self._host(p).exists()]
+        mounts = () if self.toolkit_cdi else self._library_mounts(inventory.driver_text)
         uid = allocation.claim.uid
         prepared = []
         for allocated in allocation.devices:
@@ -258,7 +283,8 @@ class NvidiaGpus:
             )
             prepared.append(
                 dralet.PreparedDevice(
-                    edits=dralet.ContainerEdits(device_nodes=nodes, env=env), state=state
+                    edits=dralet.ContainerEdits(device_nodes=nodes, env=env, mounts=mounts),
+                    state=state,
                 )
             )
         return prepared

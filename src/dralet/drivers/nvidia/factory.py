@@ -4,6 +4,8 @@ Options (``--driver-option KEY=VALUE`` or the ``--driver-config`` YAML file)::
 
     devRoot: /          # --driver-option dev-root=/host: where the host's /dev is seen
     procRoot: /proc     # --driver-option proc-root=/host/proc: the host's /proc
+    driverRoot: /       # --driver-option driver-root=/driver-root: the driver's files
+    hostDriverRoot: ""  # --driver-option host-driver-root=/: the same, as the runtime sees it
     mig: existing       # --driver-option mig=dynamic: MIG devices made at prepare
     toolkitCdi: false   # --driver-option toolkit-cdi=true: use the toolkit's CDI spec
     nvmlLibrary: pynvml # --driver-option nvml-library=MODULE:NAME, another binding
@@ -12,6 +14,10 @@ Options (``--driver-option KEY=VALUE`` or the ``--driver-config`` YAML file)::
 ``nvmlLibraryPath`` loads NVML from a file, e.g. the host's driver root mounted into
 the driver's container (``/driver-root/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1``);
 pynvml then finds it loaded. Without it the library path of the process is searched.
+
+Without ``toolkitCdi`` a prepared GPU also gets the driver's user-space libraries and
+``nvidia-smi``, found under ``driverRoot`` (``dralet.drivers.nvidia.libraries``) and
+mounted from ``hostDriverRoot`` (default: ``driverRoot``).
 
 ``toolkitCdi: true`` gives each device the NVIDIA Container Toolkit's CDI id
 (``nvidia.com/gpu=<GPU or MIG UUID>``, from a spec made with ``nvidia-ctk cdi generate
@@ -44,6 +50,8 @@ __all__ = ["factory", "nvidia_gpus"]
 _KEYS = {
     "dev-root": "devRoot",
     "proc-root": "procRoot",
+    "driver-root": "driverRoot",
+    "host-driver-root": "hostDriverRoot",
     "mig": "mig",
     "toolkit-cdi": "toolkitCdi",
     "nvml-library": "nvmlLibrary",
@@ -51,7 +59,7 @@ _KEYS = {
 }
 
 
-_ROOTS = {"devRoot": "/", "procRoot": "/proc"}
+_ROOTS = {"devRoot": "/", "procRoot": "/proc", "driverRoot": "/"}
 
 
 def nvidia_gpus(
@@ -68,6 +76,7 @@ def nvidia_gpus(
         if option in config.options:
             values[key] = config.options[option]
     roots = {key: Path(str(values.get(key, default))) for key, default in _ROOTS.items()}
+    roots["hostDriverRoot"] = Path(str(values.get("hostDriverRoot") or roots["driverRoot"]))
     for key, root in roots.items():
         if not root.is_absolute():
             raise dralet.DriverLoadError(f"nvidia: {key} {root}: must be an absolute path")
@@ -92,6 +101,8 @@ def nvidia_gpus(
         proc_root=roots["procRoot"],
         mig_mode=mode,
         toolkit_cdi=toolkit == "true",
+        driver_root=roots["driverRoot"],
+        host_driver_root=roots["hostDriverRoot"],
     )
 
 
