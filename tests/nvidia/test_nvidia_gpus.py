@@ -31,6 +31,14 @@ def fake_dev(root: Path, *, gpus: int = 8, modeset: bool = False) -> Path:
     return root
 
 
+def one_device(device: str, uid: str = "u") -> dralet.ClaimAllocation:
+    """A claim's allocation of one device, as prepare and release get it."""
+    return dralet.ClaimAllocation(
+        claim=dralet.ClaimRef(dralet.ClaimUID(uid), "default", "c"),
+        devices=(dralet.AllocatedDevice(request="gpu", pool="node-a", device=device),),
+    )
+
+
 def backend(tmp: Path, nvml: FakeNvml | None = None) -> NvidiaGpus:
     settings = node_settings(tmp / "node", driver_name=DRIVER)
     return NvidiaGpus(
@@ -251,10 +259,7 @@ def test_with_the_toolkit_spec_a_device_gets_its_id_and_only_env_of_dralets(
     gpus = NvidiaGpus(
         Nvml(nvml), store_path=settings.store_path, dev_root=tmp_path, toolkit_cdi=True
     )
-    allocation = dralet.ClaimAllocation(
-        claim=dralet.ClaimRef(dralet.ClaimUID("u"), "default", "c"),
-        devices=(dralet.AllocatedDevice(request="gpu", pool="node-a", device="gpu-4"),),
-    )
+    allocation = one_device("gpu-4")
     (prepared,) = gpus.prepare_claim(allocation)
     assert list(prepared.external_cdi_ids) == [f"nvidia.com/gpu={nvml.gpus[4].uuid}"]
     assert prepared.edits.device_nodes == ()
@@ -297,10 +302,7 @@ def test_a_prepared_gpu_gets_the_drivers_libraries_from_the_host_root(tmp_path: 
         driver_root=driver_root(tmp_path / "driver-root"),
         host_driver_root=Path("/run/nvidia/driver"),
     )
-    allocation = dralet.ClaimAllocation(
-        claim=dralet.ClaimRef(dralet.ClaimUID("u"), "default", "c"),
-        devices=(dralet.AllocatedDevice(request="gpu", pool="node-a", device="gpu-0"),),
-    )
+    allocation = one_device("gpu-0")
     (prepared,) = gpus.prepare_claim(allocation)
     mounts = {m.container_path: m.host_path for m in prepared.edits.mounts}
     lib = "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"
@@ -325,9 +327,6 @@ def test_without_the_drivers_libraries_a_gpu_gets_no_mounts(tmp_path: Path) -> N
         dev_root=fake_dev(tmp_path / "host"),
         driver_root=tmp_path / "empty",
     )
-    allocation = dralet.ClaimAllocation(
-        claim=dralet.ClaimRef(dralet.ClaimUID("u"), "default", "c"),
-        devices=(dralet.AllocatedDevice(request="gpu", pool="node-a", device="gpu-0"),),
-    )
+    allocation = one_device("gpu-0")
     (prepared,) = gpus.prepare_claim(allocation)
     assert prepared.edits.mounts == ()

@@ -19,7 +19,7 @@ from dralet.node.devices import counter_set_to_json, device_to_json
 from dralet.node.published import build_pool
 from dralet.testing import MemoryClaims, allocated_claim, node_settings, running_node
 from tests.nvidia.fakenvml import FakeNvml
-from tests.nvidia.test_nvidia_gpus import DRIVER, fake_dev
+from tests.nvidia.test_nvidia_gpus import DRIVER, fake_dev, one_device
 
 H100_PLACEMENTS = 7 + 7 + 4 + 3 + 2 + 1 + 1
 """1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb."""
@@ -195,10 +195,7 @@ def test_a_mig_device_made_before_a_crash_is_destroyed_by_placement(tmp_path: Pa
     gpus.ledger.put("gpu-0-mig-3g-40gb-0", {"claim": "uid-1", "gpu": nvml.gpus[0].uuid})
     make(nvml, 0, 9, 0, 4)
     assert gpus.devices_in_use() == {"gpu-0-mig-3g-40gb-0": "uid-1"}
-    allocation = dralet.ClaimAllocation(
-        claim=dralet.ClaimRef(dralet.ClaimUID("uid-1"), "default", "c"),
-        devices=(dralet.AllocatedDevice(request="m", pool="node-a", device="gpu-0-mig-3g-40gb-0"),),
-    )
+    allocation = one_device("gpu-0-mig-3g-40gb-0", uid="uid-1")
     gpus.release_claim(allocation, [{}])
     assert instances(nvml) == {}
     assert gpus.ledger.read() == {}

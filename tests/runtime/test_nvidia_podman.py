@@ -18,6 +18,7 @@ from tests.nvidia.test_nvidia_gpus import driver_root
 
 from dralet.drivers.nvidia.backend import NvidiaGpus
 from dralet.drivers.nvidia.nvml import Nvml
+from dralet.node.settings import DriverSettings
 from dralet.testing import MemoryClaims, allocated_claim, node_settings, running_node
 
 pytestmark = pytest.mark.runtime
@@ -35,6 +36,31 @@ def device_tree(root: Path) -> Path:
     return root
 
 
+async def run_on(
+    settings: DriverSettings,
+    gpus: NvidiaGpus,
+    device: str,
+    podman_settings: podman.PodmanSettings,
+    command: tuple[str, ...] = (),
+) -> podman.ContainerRun:
+    """Prepare ``device`` for a claim, run a container with the claim's CDI ids, and
+    unprepare it again."""
+    claims = MemoryClaims()
+    claim = claims.add(allocated_claim("c", driver=DRIVER, devices=[("gpu", device)]))
+    async with running_node(settings, gpus, claims=claims) as node:
+        prepared = await node.prepare(claim)
+        assert prepared.kubelet_error == ""
+        run = await asyncio.to_thread(
+            podman.run_container,
+            settings.cdi_dir,
+            prepared.cdi_ids(claim["metadata"]["uid"]),
+            command=command,
+            settings=podman_settings,
+        )
+        assert (await node.unprepare(claim)).kubelet_error == ""
+    return run
+
+
 async def test_a_prepared_gpu_resolves_and_the_container_sees_its_nodes(
     short_tmp: Path, podman_settings: podman.PodmanSettings
 ) -> None:
@@ -45,28 +71,18 @@ async def test_a_prepared_gpu_resolves_and_the_container_sees_its_nodes(
         legacy_path=settings.checkpoint_path,
         dev_root=device_tree(short_tmp / "host"),
     )
-    claims = MemoryClaims()
-    claim = claims.add(allocated_claim("c", driver=DRIVER, devices=[("gpu", "gpu-1")]))
-    async with running_node(settings, gpus, claims=claims) as node:
-        prepared = await node.prepare(claim)
-        assert prepared.kubelet_error == ""
-        run = await asyncio.to_thread(
-            podman.run_container,
-            settings.cdi_dir,
-            prepared.cdi_ids(claim["metadata"]["uid"]),
-            settings=podman_settings,
-        )
-        assert run.ok, run.cdi_error or run.stderr
-        null = os.stat("/dev/null")
-        for path in ("/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"):
-            seen = run.dev[path]
-            assert (seen.type, seen.major, seen.minor) == (
-                "c",
-                os.major(null.st_rdev),
-                os.minor(null.st_rdev),
-            ), path
-        assert "/dev/nvidia0" not in run.dev
-        assert "/dev/nvidia-modeset" not in run.dev
+    run = await run_on(settings, gpus, "gpu-1", podman_settings)
+    assert run.ok, run.cdi_error or run.stderr
+    null = os.stat("/dev/null")
+    for path in ("/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"):
+        seen = run.dev[path]
+        assert (seen.type, seen.major, seen.minor) == (
+            "c",
+            os.major(null.st_rdev),
+            os.minor(null.st_rdev),
+        ), path
+    assert "/dev/nvidia0" not in run.dev
+    assert "/dev/nvidia-modeset" not in run.dev
 
 
 async def test_with_the_toolkit_spec_the_container_gets_its_nodes_and_libraries(
@@ -187,26 +203,12 @@ async def test_the_drivers_libraries_are_mounted_where_cuda_images_look(
         dev_root=device_tree(short_tmp / "host"),
         driver_root=driver_root(short_tmp / "driver-root"),
     )
-    claims = MemoryClaims()
-    claim = claims.add(allocated_claim("c", driver=DRIVER, devices=[("gpu", "gpu-0")]))
-    async with running_node(settings, gpus, claims=claims) as node:
-        prepared = await node.prepare(claim)
-        assert prepared.kubelet_error == ""
-        run = await asyncio.to_thread(
-            podman.run_container,
-            settings.cdi_dir,
-            prepared.cdi_ids(claim["metadata"]["uid"]),
-            command=(
-                "sh",
-                "-c",
-                "cat /usr/local/nvidia/lib64/libcuda.so.1 /usr/local/nvidia/lib64/"
-                "libnvidia-ml.so.550.54.15 && ! touch /usr/local/nvidia/lib64/libcuda.so.1",
-            ),
-            settings=podman_settings,
-        )
-        assert run.ok, run.cdi_error or run.stderr
-        assert run.stdout.splitlines() == [
-            "libcuda.so 550.54.15",
-            "libnvidia-ml.so 550.54.15",
-        ]
-        assert "/dev/nvidia0" in run.dev
+    read = "cat /usr/local/nvidia/lib64/libcuda.so.1 /usr/local/nvidia/lib64/"
+    read += "libnvidia-ml.so.550.54.15 && ! touch /usr/local/nvidia/lib64/libcuda.so.1"
+    run = await run_on(settings, gpus, "gpu-0", podman_settings, ("sh", "-c", read))
+    assert run.ok, run.cdi_error or run.stderr
+    assert run.stdout.splitlines() == [
+        "libcuda.so 550.54.15",
+        "libnvidia-ml.so 550.54.15",
+    ]
+    assert "/dev/nvidia0" in run.dev
