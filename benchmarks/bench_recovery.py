@@ -82,6 +82,9 @@ def build_node(
         uid = str(uuid.UUID(int=index + 1))
         device = f"gpu-{index}"
         spec = _spec(uid, device)
+        path = specs.path_for(uid)
+        path.write_text(json.dumps(spec))
+        info = path.stat()
         records[uid] = ClaimRecord(
             uid=uid,
             namespace="default",
@@ -97,11 +100,11 @@ def build_node(
                 ),
             ),
             cdi_spec=spec,
+            cdi_spec_stamp=(info.st_ino, info.st_size, info.st_mtime_ns),
             finalizer_added=True,
             boot_id=BOOT_ID,
             updated_at="2026-01-01T00:00:00Z",
         )
-        specs.path_for(uid).write_text(json.dumps(spec))
         in_use[device] = uid
     if legacy:
         checkpoint = Checkpoint(driver=DRIVER, boot_id=BOOT_ID, claims=records)

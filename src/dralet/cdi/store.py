@@ -19,7 +19,7 @@ from typing import Any
 from dralet import failpoints, fsutil
 from dralet.cdi import names, spec
 
-__all__ = ["DEFAULT_CDI_DIR", "SpecFile", "SpecStore"]
+__all__ = ["DEFAULT_CDI_DIR", "SpecFile", "SpecStamp", "SpecStore", "WrittenSpec"]
 
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
 MAX_SPEC_BYTES = 4 << 20
@@ -37,12 +37,33 @@ failpoints.declare(
 )
 
 
+SpecStamp = tuple[int, int, int]
+"""A spec file's inode, size and modification time (ns): every rewrite renames a new
+file into place, so an unchanged stamp is the file dralet wrote."""
+
+
 @dataclass(frozen=True)
 class SpecFile:
     """A spec file of ours found in the CDI directory."""
 
     claim_uid: str
     path: Path
+    stamp: SpecStamp | None = None
+    """Set by ``scan(stamps=True)``; None for anything but a regular file."""
+
+
+@dataclass(frozen=True)
+class WrittenSpec:
+    """A spec written (and, once ``apply`` returns, durable), with its stamp."""
+
+    path: Path
+    stamp: SpecStamp
+
+
+def _stamp(info: os.stat_result) -> SpecStamp | None:
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 class SpecStore:
@@ -64,15 +85,18 @@ class SpecStore:
 
     def write(self, claim_uid: str, document: dict[str, Any]) -> Path:
         """Write a claim's spec document atomically; it is parsed back first, strictly."""
-        return self._write(claim_uid, document, sync_dir=True)
+        return self._write(claim_uid, document, sync_dir=True).path
 
-    def _write(self, claim_uid: str, document: dict[str, Any], *, sync_dir: bool) -> Path:
+    def _write(self, claim_uid: str, document: dict[str, Any], *, sync_dir: bool) -> WrittenSpec:
         spec.from_json(document)
         self.ensure_dir()
         path = self.path_for(claim_uid)
         data = json.dumps(document, indent=2, sort_keys=True).encode() + b"\n"
         fsutil.atomic_write(path, data, mode=0o644, failpoint=FAILPOINT_WRITE, sync_dir=sync_dir)
-        return path
+        stamp = _stamp(os.lstat(path))
+        if stamp is None:  # replaced by something else at once: not ours to vouch for
+            raise fsutil.UnsafeFileError(path, "is not the regular file just written")
+        return WrittenSpec(path, stamp)
 
     def remove(self, claim_uid: str) -> bool:
         """Unlink a claim's spec; True if it existed. A missing file is success."""
@@ -80,12 +104,12 @@ class SpecStore:
 
     def apply(
         self, changes: Sequence[tuple[str, dict[str, Any] | None]]
-    ) -> list[Path | bool | BaseException]:
+    ) -> list[WrittenSpec | bool | BaseException]:
         """Write (a document) or remove (None) several claims' specs, then make all of
         them durable with ONE fsync of the directory. A result per change: the written
-        path, whether a removed file existed, or the error of that change alone. A failed
+        spec, whether a removed file existed, or the error of that change alone. A failed
         directory fsync is every change's error: none of them is known durable."""
-        results: list[Path | bool | BaseException] = []
+        results: list[WrittenSpec | bool | BaseException] = []
         for uid, document in changes:
             try:
                 if document is None:
@@ -98,7 +122,7 @@ class SpecStore:
             except Exception as exc:  # noqa: BLE001 - this change's own error
                 results.append(exc)
         # Only a rename or an unlink needs the directory made durable.
-        if any(r is True or isinstance(r, Path) for r in results):
+        if any(r is True or isinstance(r, WrittenSpec) for r in results):
             try:
                 fsutil.fsync_dir(self.cdi_dir)
             except OSError as exc:
@@ -122,8 +146,9 @@ class SpecStore:
         document: dict[str, Any] = json.loads(raw)
         return document
 
-    def scan(self) -> list[SpecFile]:
-        """Every spec file of our kind in the CDI directory, sorted by claim UID."""
+    def scan(self, *, stamps: bool = False) -> list[SpecFile]:
+        """Every spec file of our kind in the CDI directory, sorted by claim UID; with
+        ``stamps`` each one's ``SpecStamp`` (one lstat per file)."""
         found: list[SpecFile] = []
         try:
             entries = list(os.scandir(self.cdi_dir))
@@ -132,7 +157,13 @@ class SpecStore:
         for entry in entries:
             if entry.name.startswith(self._prefix) and entry.name.endswith(".json"):
                 uid = entry.name[len(self._prefix) : -len(".json")]
-                found.append(SpecFile(uid, Path(entry.path)))
+                stamp = None
+                if stamps:
+                    try:
+                        stamp = _stamp(entry.stat(follow_symlinks=False))
+                    except FileNotFoundError:
+                        continue
+                found.append(SpecFile(uid, Path(entry.path), stamp))
         return sorted(found, key=lambda f: f.claim_uid)
 
     def stray_temp_files(self) -> list[Path]:

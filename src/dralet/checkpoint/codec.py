@@ -112,6 +112,8 @@ def _record_to_dict(r: ClaimRecord) -> dict[str, Any]:
     }
     if r.cdi_spec is not None:
         out["cdiSpec"] = r.cdi_spec
+    if r.cdi_spec_stamp is not None:
+        out["cdiSpecStamp"] = list(r.cdi_spec_stamp)
     if r.device_metadata:
         out["deviceMetadata"] = dict(r.device_metadata)
     if r.finalizer_added:
@@ -185,6 +187,9 @@ def _device_from_dict(value: Any) -> DeviceRecord:
     )
 
 
+_STAMP_FIELDS = 3
+
+
 def _record_from_dict(uid: str, value: Any) -> ClaimRecord:
     r = _mapping(value, f"claim {uid[:64]!r}")
     state = _field(r, "state", str, None)
@@ -193,6 +198,13 @@ def _record_from_dict(uid: str, value: Any) -> ClaimRecord:
     cdi_spec = r.get("cdiSpec")
     if cdi_spec is not None:
         _mapping(cdi_spec, f"claim {uid[:64]!r} cdiSpec")
+    stamp = r.get("cdiSpecStamp")
+    if stamp is not None and not (
+        isinstance(stamp, list)
+        and len(stamp) == _STAMP_FIELDS
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in stamp)
+    ):
+        raise CodecError(f"claim {uid[:64]!r} cdiSpecStamp must be three counts")
     metadata = _mapping(r.get("deviceMetadata", {}), f"claim {uid[:64]!r} deviceMetadata")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise CodecError(f"claim {uid[:64]!r} deviceMetadata must map requests to text")
@@ -203,6 +215,7 @@ def _record_from_dict(uid: str, value: Any) -> ClaimRecord:
         state=ClaimState(state),
         devices=tuple(_device_from_dict(d) for d in _field(r, "devices", list, [])),
         cdi_spec=cdi_spec,
+        cdi_spec_stamp=(stamp[0], stamp[1], stamp[2]) if stamp is not None else None,
         device_metadata=dict(metadata),
         finalizer_added=_field(r, "finalizerAdded", bool, False),
         boot_id=_field(r, "bootId", str, ""),

@@ -105,6 +105,9 @@ class ClaimRecord:
     state: ClaimState
     devices: tuple[DeviceRecord, ...] = ()
     cdi_spec: Mapping[str, Any] | None = None
+    cdi_spec_stamp: tuple[int, int, int] | None = None
+    """The spec file as written (inode, size, mtime ns): at restart a file with this
+    stamp is known to hold ``cdi_spec`` without being read again."""
     device_metadata: Mapping[str, str] = field(default_factory=dict)
     """Request -> the content of its device metadata file (KEP-5304), when written."""
     finalizer_added: bool = False

@@ -179,11 +179,14 @@ class Steps:
                 await asyncio.to_thread(self.metadata_files.write, ref.uid, metadata)
                 failpoints.hit(FP_AFTER_METADATA)
             document = self._build_spec(ref, record.devices, results, metadata, claim)
-            await self.spec_io.write(ref.uid, document)
+            stamp = await self.spec_io.write(ref.uid, document)
             failpoints.hit(FP_AFTER_SPEC)
             completed = await self.store.put(
                 record.with_state(
-                    ClaimState.PREPARE_COMPLETED, cdi_spec=document, device_metadata=metadata
+                    ClaimState.PREPARE_COMPLETED,
+                    cdi_spec=document,
+                    cdi_spec_stamp=stamp,
+                    device_metadata=metadata,
                 )
             )
             if self.settings.write_device_status:
@@ -398,23 +401,25 @@ class Steps:
             return "orphan-spec-removed"
         return "orphan-metadata-removed" if metadata else ""
 
-    async def rewrite_spec(self, record: ClaimRecord, *, expected: bool = False) -> bool:
-        """Rewrite a prepared claim's spec and metadata files if they vanished;
-        ``expected`` after a reboot, which clears /var/run/cdi (logged at info then, not
-        as a warning)."""
+    async def rewrite_spec(
+        self, record: ClaimRecord, *, expected: bool = False
+    ) -> cdi_store.SpecStamp | None:
+        """Rewrite a prepared claim's spec and metadata files if they vanished; the new
+        spec's stamp (None when nothing was missing). ``expected`` after a reboot, which
+        clears /var/run/cdi (logged at info then, not as a warning)."""
         if record.cdi_spec is None or self.artifacts_present(record, record.uid):
-            return False
+            return None
         if record.device_metadata:
             await asyncio.to_thread(
                 self.metadata_files.write, record.uid, dict(record.device_metadata)
             )
-        await self.spec_io.write(record.uid, dict(record.cdi_spec))
+        stamp = await self.spec_io.write(record.uid, dict(record.cdi_spec))
         log.log(
             logging.INFO if expected else logging.WARNING,
             "CDI spec was missing; rewrote it from the claim's record",
             extra={"claim_uid": record.uid},
         )
-        return True
+        return stamp
 
     async def survives_reboot(self, record: ClaimRecord) -> bool:
         results = [
@@ -590,8 +595,11 @@ class Steps:
         await self.calls.remove_finalizer(ref)
         return True
 
-    async def stamp(self, revalidated: Mapping[str, ClaimRecord]) -> None:
-        """Mark claims revalidated after a reboot, in one commit for all of them.
+    async def stamp(
+        self, revalidated: Mapping[str, tuple[ClaimRecord, cdi_store.SpecStamp | None]]
+    ) -> None:
+        """Mark claims revalidated after a reboot (and the specs rewritten for them), in
+        one commit for all of them.
 
         A record changed since it was revalidated (another instance unprepared it) is
         left alone; a record still unstamped is simply revalidated again next start.
@@ -599,7 +607,15 @@ class Steps:
         stamp = now_stamp()
         await self.store.commit(
             [
-                Put(replace(r, boot_id=self.store.boot_id, updated_at=stamp), expect=r)
-                for r in revalidated.values()
+                Put(
+                    replace(
+                        r,
+                        boot_id=self.store.boot_id,
+                        updated_at=stamp,
+                        cdi_spec_stamp=spec or r.cdi_spec_stamp,
+                    ),
+                    expect=r,
+                )
+                for r, spec in revalidated.values()
             ]
         )

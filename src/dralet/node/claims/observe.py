@@ -89,9 +89,23 @@ def read_boot_id(settings: DriverSettings) -> str:
         return ""
 
 
-def _read_specs(store: cdi_store.SpecStore) -> dict[str, Mapping[str, Any] | str]:
+def _read_specs(
+    store: cdi_store.SpecStore, known: Mapping[str, ClaimRecord] | None = None
+) -> dict[str, Mapping[str, Any] | str]:
+    """Every spec file's document (or why it is unreadable). With ``known`` records, a
+    file whose stamp is the one its record wrote is that record's ``cdi_spec`` and is not
+    read again (only recovery trusts stamps; the audit reads every file)."""
     specs: dict[str, Mapping[str, Any] | str] = {}
-    for spec_file in store.scan():
+    for spec_file in store.scan(stamps=known is not None):
+        record = known.get(spec_file.claim_uid) if known is not None else None
+        if (
+            record is not None
+            and record.cdi_spec is not None
+            and record.cdi_spec_stamp is not None
+            and spec_file.stamp == record.cdi_spec_stamp
+        ):
+            specs[spec_file.claim_uid] = record.cdi_spec
+            continue
         try:
             specs[spec_file.claim_uid] = json.loads(spec_file.path.read_text())
         except (OSError, ValueError) as exc:
@@ -105,9 +119,11 @@ async def take_snapshot(
     backend: AnyBackend | Invoker | None = None,
     claims: ClaimLister | None = None,
     records: Snapshot | None = None,
+    trust_stamps: bool = False,
 ) -> NodeSnapshot:
     """Everything the planner needs about the node; ``records`` skips reading them again
-    (without it they are read without writing anything, as ``dralet audit`` must)."""
+    (without it they are read without writing anything, as ``dralet audit`` must);
+    ``trust_stamps`` skips reading spec files that are as their records wrote them."""
     store = cdi_store.SpecStore(settings.cdi_dir, settings.cdi_kind)
     checkpoint_error = ""
     checkpoint: Checkpoint | None = None
@@ -124,7 +140,9 @@ async def take_snapshot(
         cdi_kind=settings.cdi_kind,
         checkpoint=checkpoint,
         checkpoint_error=checkpoint_error,
-        specs=await asyncio.to_thread(_read_specs, store),
+        specs=await asyncio.to_thread(
+            _read_specs, store, checkpoint.claims if trust_stamps and checkpoint else None
+        ),
         in_use=(await normalize(backend).devices_in_use()) if backend is not None else None,
         claims=list(await claims.list_claims()) if claims is not None else None,
         boot_id=read_boot_id(settings),

@@ -169,7 +169,11 @@ def _spec_problem(
 ) -> str | None:
     if isinstance(document, str):
         return f"CDI spec for claim {uid} is {document}"
-    if record is not None and record.cdi_spec is not None and document == record.cdi_spec:
+    if (
+        record is not None
+        and record.cdi_spec is not None
+        and (document is record.cdi_spec or document == record.cdi_spec)
+    ):
         return None  # exactly the spec the engine built, checked and recorded
     try:
         parsed = cdi_spec.from_json(document)
@@ -185,6 +189,9 @@ def _spec_problem(
                 f"CDI spec for claim {uid} does not define {', '.join(missing)} "
                 "(the CDI devices the kubelet was given)"
             )
+        if record.cdi_spec is not None:
+            # Valid, but not what dralet wrote: the record is the truth.
+            return f"CDI spec for claim {uid} differs from the one its record holds"
     return None
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dralet import errors, fsutil
+from dralet.cdi.store import SpecStamp
 from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import plan, source
@@ -76,7 +77,9 @@ async def recover(engine: ClaimEngine, *, retry_later: bool = True) -> RecoveryR
             engine.work.spawn("recovery-retry", _retry_forever(engine))
         return report
     engine.pending_recovery.discard("checkpoint")
-    snapshot = await take_snapshot(engine.settings, backend=engine.backend, records=records)
+    snapshot = await take_snapshot(
+        engine.settings, backend=engine.backend, records=records, trust_stamps=True
+    )
     findings = plan.steps_of(plan.plan_node(snapshot), by=frozenset({plan.BY_START}))
     # Revalidating a claim after a reboot rewrites its spec: its missing-spec step is
     # that same write, and is not taken twice.
@@ -107,7 +110,7 @@ async def _try(engine: ClaimEngine, report: RecoveryReport, subject: str, step: 
 async def _execute(
     engine: ClaimEngine, findings: Sequence[plan.Finding], report: RecoveryReport
 ) -> None:
-    revalidated: dict[str, ClaimRecord] = {}
+    revalidated: dict[str, tuple[ClaimRecord, SpecStamp | None]] = {}
     # Claims are repaired concurrently (each under its own lock, as many at once as
     # claims are prepared), so their durable writes share commits and fsyncs.
     slots = asyncio.Semaphore(engine.settings.max_parallel_claims)
@@ -135,7 +138,7 @@ async def _run_finding(
     engine: ClaimEngine,
     finding: plan.Finding,
     action: plan.Action,
-    revalidated: dict[str, ClaimRecord],
+    revalidated: dict[str, tuple[ClaimRecord, SpecStamp | None]],
 ) -> tuple[str, str]:
     if action is plan.Action.RELEASE_ORPHAN_DEVICE:
         holders = (await engine.backend.devices_in_use()).get(finding.subject, frozenset())
@@ -171,8 +174,8 @@ async def _run_finding(
             return "", ""
         if action is plan.Action.REVALIDATE and view.record is not None:
             if await engine.steps.survives_reboot(view.record):
-                await engine.steps.rewrite_spec(view.record, expected=True)
-                revalidated[finding.subject] = view.record  # stamped in one write
+                written = await engine.steps.rewrite_spec(view.record, expected=True)
+                revalidated[finding.subject] = (view.record, written)  # stamped in one write
                 return "revalidated-after-reboot", finding.subject
             await engine.steps.teardown(view.record, reason="device state did not survive a reboot")
             return "rolled-back-after-reboot", finding.subject

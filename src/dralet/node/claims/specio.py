@@ -7,10 +7,9 @@ all of them (``SpecStore.apply``): the same group-commit shape as the claim reco
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from dralet.cdi.store import SpecStore
+from dralet.cdi.store import SpecStamp, SpecStore, WrittenSpec
 from dralet.node.batches import BatchThread
 
 __all__ = ["SpecWriter"]
@@ -19,13 +18,15 @@ __all__ = ["SpecWriter"]
 class SpecWriter:
     def __init__(self, specs: SpecStore) -> None:
         self.specs = specs
-        self._thread: BatchThread[tuple[str, dict[str, Any] | None], Path | bool] = BatchThread(
-            "dralet-cdi-specs", specs.apply
+        self._thread: BatchThread[tuple[str, dict[str, Any] | None], WrittenSpec | bool] = (
+            BatchThread("dralet-cdi-specs", specs.apply)
         )
 
-    async def write(self, claim_uid: str, document: dict[str, Any]) -> None:
-        """The claim's spec, durable once this returns."""
-        await self._thread.submit((claim_uid, document))
+    async def write(self, claim_uid: str, document: dict[str, Any]) -> SpecStamp:
+        """The claim's spec, durable once this returns; the written file's stamp."""
+        written = await self._thread.submit((claim_uid, document))
+        assert isinstance(written, WrittenSpec)
+        return written.stamp
 
     async def remove(self, claim_uid: str) -> bool:
         """The claim's spec gone for good once this returns; whether it was there."""
