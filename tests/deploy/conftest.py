@@ -166,6 +166,17 @@ def schema_errors(document: Mapping[str, Any], version: str) -> list[str]:
     ]
 
 
+def objects_schema_errors(documents: tuple[Document, ...], version: str) -> dict[str, list[str]]:
+    """``kind/name`` → its strict-schema errors, for every rendered object."""
+    return {f"{d['kind']}/{d['metadata']['name']}": schema_errors(d, version) for d in documents}
+
+
+def only(documents: tuple[Document, ...], kind: str) -> Document:
+    """The one rendered object of ``kind``."""
+    (found,) = [d for d in documents if d["kind"] == kind]
+    return found
+
+
 Render = Callable[..., tuple[Document, ...]]
 
 

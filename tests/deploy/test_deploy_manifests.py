@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.deploy.conftest import CHART, KUBERNETES_VERSIONS, NAMESPACE, RenderError
+from tests.deploy.conftest import (
+    CHART,
+    KUBERNETES_VERSIONS,
+    NAMESPACE,
+    RenderError,
+    objects_schema_errors,
+    only,
+)
 
 Document = dict[str, Any]
 Render = Callable[..., tuple[Document, ...]]
@@ -39,11 +46,6 @@ def minor(version: str) -> int:
 
 def resource_api_version(version: str) -> str:
     return "resource.k8s.io/v1" if minor(version) >= minor(V1_FROM) else "resource.k8s.io/v1beta1"
-
-
-def only(documents: tuple[Document, ...], kind: str) -> Document:
-    (found,) = [d for d in documents if d["kind"] == kind]
-    return found
 
 
 def plugin_container(documents: tuple[Document, ...]) -> Document:
@@ -82,15 +84,12 @@ DEVICE_STATUS = (("deviceStatus.write", "true"),)
 )
 def test_rendered_objects_pass_the_strict_schemas(
     render: Render,
-    strict_schema_errors: SchemaErrors,
     version: str,
     settings: tuple[tuple[str, str], ...],
 ) -> None:
     documents = render(version, settings)
     assert documents
-    problems = {
-        f"{d['kind']}/{d['metadata']['name']}": strict_schema_errors(d, version) for d in documents
-    }
+    problems = objects_schema_errors(documents, version)
     assert problems == {name: [] for name in problems}
     for document in documents:
         if document["kind"] in {"DeviceClass", "ResourceClaimTemplate"}:

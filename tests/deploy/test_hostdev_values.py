@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from tests.deploy.conftest import CHART, KUBERNETES_VERSIONS
+from tests.deploy.conftest import CHART, KUBERNETES_VERSIONS, objects_schema_errors, only
 
 from dralet.drivers.hostdev import load_config
 
 Document = dict[str, Any]
 Render = Callable[..., tuple[Document, ...]]
-SchemaErrors = Callable[[Mapping[str, Any], str], list[str]]
 REPO = CHART.parents[2]
 VALUES = REPO / "deploy" / "values" / "hostdev.yaml"
 EXAMPLES = REPO / "deploy" / "hostdev" / "examples.yaml"
@@ -26,25 +25,18 @@ CONFIG_PATH = "/etc/dralet/driver-config.yaml"
 V1_VERSIONS = [v for v in KUBERNETES_VERSIONS if int(v.split(".")[1]) >= 34]
 
 
-def _only(documents: tuple[Document, ...], kind: str) -> Document:
-    (found,) = [d for d in documents if d["kind"] == kind]
-    return found
-
-
 def _container(documents: tuple[Document, ...]) -> Document:
-    (container,) = _only(documents, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    (container,) = only(documents, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     assert isinstance(container, dict)
     return container
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_hostdev_values_render_objects_that_pass_the_strict_schemas(
-    render: Render, strict_schema_errors: SchemaErrors, version: str
+    render: Render, version: str
 ) -> None:
     documents = render(version, (), (VALUES,))
-    problems = {
-        f"{d['kind']}/{d['metadata']['name']}": strict_schema_errors(d, version) for d in documents
-    }
+    problems = objects_schema_errors(documents, version)
     assert problems == {name: [] for name in problems}
 
 
@@ -58,14 +50,14 @@ def test_the_driver_reads_its_config_from_the_configmap(render: Render) -> None:
     assert "--gpus" not in args
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["driver-config"]["mountPath"] == str(Path(CONFIG_PATH).parent)
-    config_map = _only(documents, "ConfigMap")
-    pod = _only(documents, "DaemonSet")["spec"]["template"]["spec"]
+    config_map = only(documents, "ConfigMap")
+    pod = only(documents, "DaemonSet")["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["driver-config"]["configMap"]["name"] == config_map["metadata"]["name"]
     text = config_map["data"][Path(CONFIG_PATH).name]
     config = load_config(text, "ConfigMap")
     assert [g.name for g in config.groups] == ["loop", "fuse"]
-    annotations = _only(documents, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]
+    annotations = only(documents, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]
     assert len(annotations["checksum/driver-config"]) == 64
 
 
@@ -76,7 +68,7 @@ def test_a_config_change_rolls_the_pods(render: Render, tmp_path: Path) -> None:
     changed.write_text(yaml.safe_dump(other))
 
     def checksum(values: Path) -> str:
-        daemonset = _only(render("1.37", (), (values,)), "DaemonSet")
+        daemonset = only(render("1.37", (), (values,)), "DaemonSet")
         return str(
             daemonset["spec"]["template"]["metadata"]["annotations"]["checksum/driver-config"]
         )
@@ -89,7 +81,7 @@ def test_host_paths_are_mounted_read_only_at_the_same_paths_and_nothing_is_privi
 ) -> None:
     documents = render("1.37", (), (VALUES,))
     container = _container(documents)
-    pod = _only(documents, "DaemonSet")["spec"]["template"]["spec"]
+    pod = only(documents, "DaemonSet")["spec"]["template"]["spec"]
     hosts = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     for name, path in {"host-dev": "/dev", "host-sys": "/sys", "host-udev": "/run/udev"}.items():

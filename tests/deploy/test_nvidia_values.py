@@ -3,13 +3,13 @@ configuration in a ConfigMap it accepts, the host paths it needs, privileged."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from tests.deploy.conftest import CHART, KUBERNETES_VERSIONS
+from tests.deploy.conftest import CHART, KUBERNETES_VERSIONS, objects_schema_errors, only
 from tests.nvidia.fakenvml import FakeNvml
 
 import dralet
@@ -18,24 +18,16 @@ from dralet.testing import node_settings
 
 Document = dict[str, Any]
 Render = Callable[..., tuple[Document, ...]]
-SchemaErrors = Callable[[Mapping[str, Any], str], list[str]]
 VALUES = CHART.parents[2] / "deploy" / "values" / "nvidia.yaml"
 CONFIG_PATH = "/etc/dralet/driver-config.yaml"
 
 
-def _only(documents: tuple[Document, ...], kind: str) -> Document:
-    (found,) = [d for d in documents if d["kind"] == kind]
-    return found
-
-
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_nvidia_values_render_objects_that_pass_the_strict_schemas(
-    render: Render, strict_schema_errors: SchemaErrors, version: str
+    render: Render, version: str
 ) -> None:
     documents = render(version, (), (VALUES,))
-    problems = {
-        f"{d['kind']}/{d['metadata']['name']}": strict_schema_errors(d, version) for d in documents
-    }
+    problems = objects_schema_errors(documents, version)
     assert problems == {name: [] for name in problems}
 
 
@@ -43,7 +35,7 @@ def test_the_driver_runs_on_gpu_nodes_with_the_host_paths_it_needs(
     render: Render, tmp_path: Path
 ) -> None:
     documents = render("1.37", (), (VALUES,))
-    pod = _only(documents, "DaemonSet")["spec"]["template"]["spec"]
+    pod = only(documents, "DaemonSet")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     args = dict(arg.partition("=")[::2] for arg in container["args"])
     assert (args["--driver"], args["--driver-name"]) == ("nvidia", "gpu.nvidia.com")
@@ -57,7 +49,7 @@ def test_the_driver_runs_on_gpu_nodes_with_the_host_paths_it_needs(
     assert all(mounts[p]["readOnly"] for p in ("/dev", "/host/proc/driver/nvidia"))
     # The ConfigMap holds settings the driver takes (its library path is checked when it
     # loads, so it is left out here).
-    text = _only(documents, "ConfigMap")["data"][Path(CONFIG_PATH).name]
+    text = only(documents, "ConfigMap")["data"][Path(CONFIG_PATH).name]
     config = yaml.safe_load(text)
     assert config["mig"] == "existing"
     assert config["nvmlLibraryPath"].startswith("/driver-root/")

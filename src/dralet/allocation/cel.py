@@ -485,8 +485,9 @@ def _regex_decls() -> list[cel.FunctionDecl]:
 _DEVICE_TYPE_NAME = "kubernetes.DRADevice"
 """The declared type of ``device``, named as upstream names it
 (kubernetes/dynamic-resource-allocation cel/compile.go): ``driver`` a string,
-``attributes`` map(string, map(string, dyn)), ``capacity`` map(string, map(string, ...)).
-The same declaration holds from 1.31 on, so for every release dralet targets."""
+``attributes`` map(string, map(string, dyn)), ``capacity`` map(string, map(string, ...)),
+and ``allowMultipleAllocations`` a bool, which ``CelEngine`` refuses without
+DRAConsumableCapacity (1.36+)."""
 _MULTIPLE_ALLOCATIONS = "allowMultipleAllocations"
 """A device field CEL sees only with DRAConsumableCapacity (beta and on from 1.36)."""
 _PROTO_STRING, _PROTO_BOOL, _PROTO_MESSAGE = 9, 8, 11

@@ -110,6 +110,18 @@ class DriverConfig:
             raise DriverLoadError(f"--driver-config {self.path}: expected a mapping")
         return data
 
+    def settings(self, keys: Mapping[str, str]) -> dict[str, Any]:
+        """``load()`` with each ``--driver-option`` put over its key in the file (``keys``:
+        option name → file key); ``ValueError`` naming any setting not in ``keys``."""
+        values = self.load()
+        unknown = sorted(set(values) - set(keys.values())) + sorted(set(self.options) - set(keys))
+        if unknown:
+            raise ValueError(f"unknown setting(s) {', '.join(unknown)} (known: {', '.join(keys)})")
+        for option, key in keys.items():
+            if option in self.options:
+                values[key] = self.options[option]
+        return values
+
 
 class BackendFactory(Protocol):
     """Builds a driver's backend from the driver's settings and its own configuration."""

@@ -193,10 +193,10 @@ def _fast_documents(text: str) -> list[Any] | None:
     """The plain documents of a file, or None when only the round-trip parser will do."""
     from dralet import yamltext
 
-    if yamltext.YAML_11_ONLY.search(text):
-        return None  # the round-trip parser reads YAML 1.2
     documents = yamltext.fast_documents(text)
     if documents is None:
+        if yamltext.YAML_11_ONLY.search(text):
+            return None  # the round-trip parser reads YAML 1.2
         import yaml
 
         try:

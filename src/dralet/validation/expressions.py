@@ -103,12 +103,12 @@ def selector_findings(
             at = "" if error.column is None else f" (expression column {error.column + 1})"
             yield Finding("DRA020", where, f"CEL {error.message}{at}", Anchor.TEXT)
             continue
-        cost = compiled.max_cost()
-        if cost > _max_cost():
+        cost, limit = compiled.max_cost(), _max_cost()
+        if cost > limit:
             yield Finding(
                 "DRA025",
                 where,
                 f"too complex, exceeds cost limit: estimated worst-case cost {cost:,} is over "
-                f"{_max_cost():,}",
+                f"{limit:,}",
                 Anchor.TEXT,
             )

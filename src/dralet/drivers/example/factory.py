@@ -60,14 +60,7 @@ def _delays(value: Any) -> dict[str, float]:
 
 def simulated_gpus(settings: dralet.Settings, config: dralet.DriverConfig) -> SimulatedGPUs:
     """The example's simulated GPUs as ``config`` asks, state in ``settings.state_dir``."""
-    values = config.load()
-    unknown = sorted(set(values) - set(_KEYS.values())) + sorted(set(config.options) - set(_KEYS))
-    if unknown:
-        known = ", ".join(_KEYS)
-        raise ValueError(f"unknown setting(s) {', '.join(unknown)} (known: {known})")
-    for option, key in _KEYS.items():
-        if option in config.options:
-            values[key] = config.options[option]
+    values = config.settings(_KEYS)
     kwargs: dict[str, Any] = {}
     if "gpus" in values:
         kwargs["count"] = _count(values["gpus"])

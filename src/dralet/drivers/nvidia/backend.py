@@ -107,17 +107,17 @@ class NvidiaGpus:
         host_driver_root: Path | None = None,
     ) -> None:
         if mig_mode not in mig.MIG_MODES:
-            raise ValueError(f"mig mode {mig_mode!r}: expected one of {', '.join(mig.MIG_MODES)}")
+            raise ValueError(f"mig {mig_mode}: expected one of {', '.join(mig.MIG_MODES)}")
         self.nvml = nvml
         self.dev_root = dev_root
         self.proc_root = proc_root
         self.mig_mode = mig_mode
         self.toolkit_cdi = toolkit_cdi
+        """Device nodes and libraries come from the NVIDIA Container Toolkit's own CDI
+        spec (``nvidia.com/gpu=<uuid>``); dralet's spec for the device holds only env."""
         self.driver_root = driver_root
         self.host_driver_root = host_driver_root or driver_root
         self._driver_files: libraries.DriverFiles | None = None
-        """Device nodes and libraries come from the NVIDIA Container Toolkit's own CDI
-        spec (``nvidia.com/gpu=<uuid>``); dralet's spec for the device holds only env."""
         self.records = HeldRecords(store_path, legacy_path, driver="nvidia")
         self.ledger = mig.MigLedger(store_path.parent / mig.LEDGER_NAME)
         self.xids = xids.XidWatch(nvml)

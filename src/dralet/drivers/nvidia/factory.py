@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import dralet
-from dralet.drivers.nvidia import mig
 from dralet.drivers.nvidia.backend import NvidiaGpus
 from dralet.drivers.nvidia.nvml import Nvml
 
@@ -62,29 +61,25 @@ _KEYS = {
 _ROOTS = {"devRoot": "/", "procRoot": "/proc", "driverRoot": "/"}
 
 
+def _values(config: dralet.DriverConfig) -> dict[str, Any]:
+    """The config file's settings, each overridden by its ``--driver-option``."""
+    try:
+        return config.settings(_KEYS)
+    except ValueError as exc:
+        raise dralet.DriverLoadError(f"nvidia: {exc}") from None
+
+
 def nvidia_gpus(
     settings: dralet.Settings, config: dralet.DriverConfig, *, library: Any
 ) -> NvidiaGpus:
     """The backend over ``library`` (pynvml, or anything with its functions)."""
-    values = config.load()
-    unknown = sorted(set(values) - set(_KEYS.values())) + sorted(set(config.options) - set(_KEYS))
-    if unknown:
-        raise dralet.DriverLoadError(
-            f"nvidia: unknown setting(s) {', '.join(unknown)} (known: {', '.join(_KEYS)})"
-        )
-    for option, key in _KEYS.items():
-        if option in config.options:
-            values[key] = config.options[option]
+    values = _values(config)
     roots = {key: Path(str(values.get(key, default))) for key, default in _ROOTS.items()}
     roots["hostDriverRoot"] = Path(str(values.get("hostDriverRoot") or roots["driverRoot"]))
     for key, root in roots.items():
         if not root.is_absolute():
             raise dralet.DriverLoadError(f"nvidia: {key} {root}: must be an absolute path")
     mode = str(values.get("mig", "existing"))
-    if mode not in mig.MIG_MODES:
-        raise dralet.DriverLoadError(
-            f"nvidia: mig {mode}: expected one of {', '.join(mig.MIG_MODES)}"
-        )
     toolkit = str(values.get("toolkitCdi", False)).lower()
     if toolkit not in ("true", "false"):
         raise dralet.DriverLoadError(f"nvidia: toolkitCdi {toolkit}: expected true or false")
@@ -93,17 +88,20 @@ def nvidia_gpus(
             "nvidia: toolkitCdi with mig: dynamic: the toolkit's spec cannot name MIG devices "
             "made after it was generated"
         )
-    return NvidiaGpus(
-        Nvml(library),
-        store_path=settings.driver.store_path,
-        legacy_path=settings.driver.checkpoint_path,
-        dev_root=roots["devRoot"],
-        proc_root=roots["procRoot"],
-        mig_mode=mode,
-        toolkit_cdi=toolkit == "true",
-        driver_root=roots["driverRoot"],
-        host_driver_root=roots["hostDriverRoot"],
-    )
+    try:
+        return NvidiaGpus(
+            Nvml(library),
+            store_path=settings.driver.store_path,
+            legacy_path=settings.driver.checkpoint_path,
+            dev_root=roots["devRoot"],
+            proc_root=roots["procRoot"],
+            mig_mode=mode,
+            toolkit_cdi=toolkit == "true",
+            driver_root=roots["driverRoot"],
+            host_driver_root=roots["hostDriverRoot"],
+        )
+    except ValueError as exc:  # the settings the backend itself refuses (mig)
+        raise dralet.DriverLoadError(f"nvidia: {exc}") from None
 
 
 def _library(target: str) -> Any:
@@ -132,9 +130,9 @@ def _preload(path: Path) -> None:
 
 def factory(settings: dralet.Settings, config: dralet.DriverConfig) -> NvidiaGpus:
     """``dralet.BackendFactory`` of the NVIDIA driver."""
-    values = config.load()
-    target = config.options.get("nvml-library") or values.get("nvmlLibrary")
-    library_path = config.options.get("nvml-library-path") or values.get("nvmlLibraryPath")
+    values = _values(config)
+    target = values.get("nvmlLibrary")
+    library_path = values.get("nvmlLibraryPath")
     if library_path:
         _preload(Path(str(library_path)))
     if target:

@@ -102,9 +102,6 @@ class MigDevice:
     uuid: str
     gi: int
     ci: int
-    profile_id: int
-    start: int
-    memory_bytes: int
 
 
 @dataclass(frozen=True)
@@ -222,7 +219,8 @@ class Nvml:
         return sorted(profiles, key=lambda p: (p.memory_slices, p.compute_slices, p.name))
 
     def mig_devices(self, gpu: Gpu) -> list[MigDevice]:
-        """The MIG devices (compute instances) that exist on the GPU now."""
+        """The MIG devices (compute instances) that exist on the GPU now; where each sits
+        is its GPU instance's (``gpu_instances``)."""
         handle = self._handle(gpu)
         devices = []
         for index in range(int(self._call("nvmlDeviceGetMaxMigDeviceCount", handle))):
@@ -230,17 +228,11 @@ class Nvml:
                 mig = self._call("nvmlDeviceGetMigDeviceHandleByIndex", handle, index)
             except NvmlError:
                 continue  # no MIG device at this index
-            gi_id = int(self._call("nvmlDeviceGetGpuInstanceId", mig))
-            gi = self._call("nvmlDeviceGetGpuInstanceById", handle, gi_id)
-            info = self._call("nvmlGpuInstanceGetInfo", gi)
             devices.append(
                 MigDevice(
                     uuid=_text(self._call("nvmlDeviceGetUUID", mig)),
-                    gi=gi_id,
+                    gi=int(self._call("nvmlDeviceGetGpuInstanceId", mig)),
                     ci=int(self._call("nvmlDeviceGetComputeInstanceId", mig)),
-                    profile_id=int(info.profileId),
-                    start=int(info.placement.start),
-                    memory_bytes=int(self._call("nvmlDeviceGetMemoryInfo", mig).total),
                 )
             )
         return devices
