@@ -118,6 +118,8 @@ class NvidiaGpus:
         self.driver_root = driver_root
         self.host_driver_root = host_driver_root or driver_root
         self._driver_files: libraries.DriverFiles | None = None
+        self._profiles: dict[str, tuple[MigProfile, ...]] = {}
+        """GPU UUID → its MIG profiles, read once (they are fixed while MIG is on)."""
         self.records = HeldRecords(store_path, legacy_path, driver="nvidia")
         self.ledger = mig.MigLedger(store_path.parent / mig.LEDGER_NAME)
         self.xids = xids.XidWatch(nvml)
@@ -131,7 +133,9 @@ class NvidiaGpus:
         with self.nvml.session() as nvml:
             return {_name(gpu): gpu for gpu in nvml.gpus()}
 
-    def _inventory(self) -> _Inventory:
+    def _inventory(self, *, instances: bool = True) -> _Inventory:
+        """The devices NVML shows now; without ``instances`` the MIG placements are named
+        but not looked up (health and counters need only the names)."""
         with self.nvml.session() as nvml:
             driver_text = nvml.driver_version()
             driver = semantic_version(driver_text)
@@ -142,10 +146,11 @@ class NvidiaGpus:
                 if not nvml.mig_enabled(gpu):
                     whole[_name(gpu)] = gpu
                     continue
-                profiles = tuple(nvml.mig_profiles(gpu))
-                placements.update(
-                    mig.placements(gpu, profiles, nvml.gpu_instances(gpu), nvml.mig_devices(gpu))
-                )
+                profiles = self._profiles.get(gpu.uuid)
+                if profiles is None:
+                    profiles = self._profiles[gpu.uuid] = tuple(nvml.mig_profiles(gpu))
+                made = (nvml.gpu_instances(gpu), nvml.mig_devices(gpu)) if instances else ((), ())
+                placements.update(mig.placements(gpu, profiles, *made))
                 mig_gpus[mig.counter_set_name(gpu)] = (gpu, profiles)
         return _Inventory(driver, driver_text, whole, placements, mig_gpus)
 
@@ -171,7 +176,8 @@ class NvidiaGpus:
         if self.mig_mode != "dynamic":
             return []
         return [
-            mig.counter_set(gpu, profiles) for gpu, profiles in self._inventory().mig_gpus.values()
+            mig.counter_set(gpu, profiles)
+            for gpu, profiles in self._inventory(instances=False).mig_gpus.values()
         ]
 
     @staticmethod
@@ -423,7 +429,7 @@ class NvidiaGpus:
         device whose GPU is gone (or replaced) is not."""
         self.xids.start()
         try:
-            inventory = self._inventory()
+            inventory = self._inventory(instances=False)
         except NvmlError as exc:
             reason = f"NVML: {exc}"
             if reason != self._reported:

@@ -22,7 +22,14 @@ from pathlib import Path
 
 import dralet
 
-__all__ = ["COMPUTE_LIBRARIES", "CONTAINER_BIN", "CONTAINER_LIB", "DriverFiles", "find"]
+__all__ = [
+    "COMPUTE_LIBRARIES",
+    "CONTAINER_BIN",
+    "CONTAINER_LIB",
+    "DriverFiles",
+    "find",
+    "usable_version",
+]
 
 COMPUTE_LIBRARIES = (
     "libcuda.so",
