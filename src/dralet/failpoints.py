@@ -9,7 +9,7 @@ variable ``DRALET_FAILPOINTS`` (read once per process) or ``arm()`` names that p
 - ``name=enospc`` / ``name=eacces`` an ``OSError`` with that errno is raised.
 
 A name may end in ``@N`` to trigger only on its N-th hit (1-based). When
-``DRALET_FAILPOINT_LOG`` names a file, every hit is appended to it so a harness can
+``DRALET_FAILPOINT_LOG`` (also read once) names a file, every hit is appended to it so a harness can
 report which failpoints a run covered. Owned by dralet core; the crash campaign under
 ``tests/`` arms them.
 """
@@ -32,6 +32,7 @@ _armed: dict[str, tuple[str, int]] = {}
 _hits: dict[str, int] = {}
 _lock = threading.Lock()
 _env_loaded = False
+_log_path = ""
 
 
 def declare(*names: str) -> None:
@@ -57,9 +58,10 @@ def _parse(spec: str) -> dict[str, tuple[str, int]]:
 
 
 def _load_env() -> None:
-    global _env_loaded
+    global _env_loaded, _log_path
     if not _env_loaded:
         _armed.update(_parse(os.environ.get(ENV_ARM, "")))
+        _log_path = os.environ.get(ENV_LOG, "")
         _env_loaded = True
 
 
@@ -84,11 +86,12 @@ def disarm(name: str | None = None) -> None:
 
 def hit(name: str) -> None:
     """Mark that execution reached ``name``; crash or fail here if it is armed."""
+    if _env_loaded and not _armed and not _log_path:
+        return  # nothing armed or logged: the path every production hit takes
     with _lock:
         _load_env()
-        log_path = os.environ.get(ENV_LOG)
-        if log_path:
-            with open(log_path, "a", encoding="utf-8") as log:
+        if _log_path:
+            with open(_log_path, "a", encoding="utf-8") as log:
                 log.write(name + "\n")
         if name not in _armed:
             return

@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import shutil
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from dralet import failpoints
+from dralet.node.backend import AllocatedDevice
+from dralet.node.claims import settle
 from tests.recovery.nodekit import LedgerNode
 
 CLAIMS = 24
@@ -57,3 +63,45 @@ async def test_recovery_with_nothing_to_do_writes_nothing(tmp_path: Path) -> Non
         report = await ledger.recover()
     assert report.actions == []
     assert writes[0] == 0
+
+
+async def test_reboot_revalidation_in_chunks_settles_each_claim_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More claims than one chunk: each chunk is stamped in one commit; a claim whose
+    device did not survive is rolled back and a claim whose spec cannot be written is
+    deferred, without holding back any other claim of its chunk."""
+    monkeypatch.setattr(settle, "REVALIDATE_CHUNK", 5)
+    node = LedgerNode.create(tmp_path, gpus=CLAIMS)
+    refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
+    assert all(not o.error for o in (await node.prepare(*refs)).values())
+    shutil.rmtree(node.settings.cdi_dir)  # /var/run/cdi is a tmpfs: a reboot empties it
+    lost, unwritable = refs[3], refs[7]
+
+    ledger = node.restart(boot_id="boot-2")
+    survives = ledger.backend.inner.survives_reboot  # type: ignore[union-attr]
+
+    async def survives_unless_lost(device: AllocatedDevice, state: Mapping[str, Any]) -> bool:
+        return device.device != "gpu-3" and await survives(device, state)
+
+    monkeypatch.setattr(ledger.backend.inner, "survives_reboot", survives_unless_lost)
+    node.spec_path(unwritable).mkdir(parents=True)  # not a file: never replaced
+    with count_hits(CHECKPOINT_WRITTEN) as writes:
+        report = await ledger.recover()
+    await ledger.work.cancel_all()  # its retry: not this test's subject
+
+    assert report.count("revalidated-after-reboot") == CLAIMS - 2
+    assert report.count("rolled-back-after-reboot") == 1
+    assert [uid for uid, _ in report.deferred] == [unwritable.uid]
+    assert unwritable.uid in ledger.pending_recovery
+    node.assert_gone(lost)
+    for i, ref in enumerate(refs):
+        if ref not in (lost, unwritable):
+            node.assert_prepared(ref, f"gpu-{i}")
+            record = node.record(ref)
+            assert record is not None and record.boot_id == "boot-2"
+    stale = node.record(unwritable)
+    assert stale is not None and stale.boot_id != "boot-2"  # revalidated again later
+    chunks = -(-CLAIMS // 5)
+    assert writes[0] >= chunks  # a stamp per chunk (and the rollback's own commits)
+    assert writes[0] < CLAIMS

@@ -85,13 +85,14 @@ class SpecStore:
 
     def write(self, claim_uid: str, document: dict[str, Any]) -> Path:
         """Write a claim's spec document atomically; it is parsed back first, strictly."""
+        self.ensure_dir()
         return self._write(claim_uid, document, sync_dir=True).path
 
     def _write(self, claim_uid: str, document: dict[str, Any], *, sync_dir: bool) -> WrittenSpec:
         spec.from_json(document)
-        self.ensure_dir()
         path = self.path_for(claim_uid)
-        data = json.dumps(document, indent=2, sort_keys=True).encode() + b"\n"
+        # Compact: runtimes parse it, nobody edits it (``jq`` shows it readably).
+        data = json.dumps(document, separators=(",", ":"), sort_keys=True).encode() + b"\n"
         fsutil.atomic_write(path, data, mode=0o644, failpoint=FAILPOINT_WRITE, sync_dir=sync_dir)
         stamp = _stamp(os.lstat(path))
         if stamp is None:  # replaced by something else at once: not ours to vouch for
@@ -110,6 +111,11 @@ class SpecStore:
         spec, whether a removed file existed, or the error of that change alone. A failed
         directory fsync is every change's error: none of them is known durable."""
         results: list[WrittenSpec | bool | BaseException] = []
+        if any(document is not None for _, document in changes):
+            try:
+                self.ensure_dir()
+            except OSError as exc:
+                return [exc] * len(changes)
         for uid, document in changes:
             try:
                 if document is None:

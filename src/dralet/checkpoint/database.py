@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dralet import errors, failpoints, fsutil
+from dralet import errors, failpoints, fsutil, gcpause
 from dralet.checkpoint import codec
 from dralet.checkpoint.model import Checkpoint, ClaimRecord
 from dralet.checkpoint.store import CheckpointStore
@@ -316,12 +316,13 @@ class RecordDatabase:
             return {uid: (absent.checkpoint.claims.get(uid), "") for uid in uids}
         found: dict[str, tuple[ClaimRecord | None, str]] = dict.fromkeys(uids, (None, ""))
         unique = list(found)
-        for start in range(0, len(unique), _READ_CHUNK):
-            chunk = unique[start : start + _READ_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            sql = f"SELECT uid, data, checksum FROM claims WHERE uid IN ({marks})"  # noqa: S608 - only placeholders
-            for uid, data, checksum in self._query(sql, chunk):
-                found[str(uid)] = _decoded(str(uid), data, checksum)
+        with gcpause.paused():
+            for start in range(0, len(unique), _READ_CHUNK):
+                chunk = unique[start : start + _READ_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT uid, data, checksum FROM claims WHERE uid IN ({marks})"  # noqa: S608 - only placeholders
+                for uid, data, checksum in self._query(sql, chunk):
+                    found[str(uid)] = _decoded(str(uid), data, checksum)
         return found
 
     def snapshot(self) -> Snapshot:
@@ -330,12 +331,13 @@ class RecordDatabase:
             return absent
         records: dict[str, ClaimRecord] = {}
         corrupt: dict[str, str] = {}
-        for uid, data, checksum in self._query("SELECT uid, data, checksum FROM claims"):
-            record, why = _decoded(str(uid), data, checksum)
-            if record is None:
-                corrupt[str(uid)] = why
-            else:
-                records[str(uid)] = record
+        with gcpause.paused():
+            for uid, data, checksum in self._query("SELECT uid, data, checksum FROM claims"):
+                record, why = _decoded(str(uid), data, checksum)
+                if record is None:
+                    corrupt[str(uid)] = why
+                else:
+                    records[str(uid)] = record
         meta = {str(k): str(v) for k, v in self._query("SELECT key, value FROM meta")}
         checkpoint = Checkpoint(
             driver=str(meta.get("driver", "")), boot_id=str(meta.get("boot_id", "")), claims=records
@@ -429,7 +431,7 @@ class RecordDatabase:
             rows = conn.execute(
                 "SELECT data, checksum FROM claims WHERE uid = ?", (record.uid,)
             ).fetchall()
-            if _decoded_or_none(record.uid, rows) != op.expect:
+            if not _stored_as(record.uid, rows, op.expect):
                 return errors.ClaimError(record.uid, "record changed meanwhile; left as it is")
             if record.holds_devices:
                 self._store(conn, [record])
@@ -489,6 +491,14 @@ def _decoded_or_none(uid: str, rows: list[tuple[object, ...]]) -> ClaimRecord | 
         return decode_row(uid, rows[0][0], rows[0][1])
     except codec.CodecError:
         return None
+
+
+def _stored_as(uid: str, rows: list[tuple[object, ...]], expected: ClaimRecord | None) -> bool:
+    """Whether the claim's row (if any) holds ``expected``: compared as text when it is
+    ``expected``'s canonical encoding (no decoding), else as decoded records."""
+    if rows and expected is not None and rows[0][0] == codec.encode_record(expected):
+        return rows[0][1] == row_checksum(uid, str(rows[0][0]))
+    return _decoded_or_none(uid, rows) == expected
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

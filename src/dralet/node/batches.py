@@ -53,16 +53,27 @@ class BatchThread(Generic[T, R]):
 
     async def submit(self, item: T) -> R:
         """``item``'s result once its batch ran; raises the exception it failed with."""
+        (future,) = self._enqueue([item])
+        return await future
+
+    async def submit_many(self, items: Sequence[T]) -> list[R | BaseException]:
+        """Each item's result (or the exception it failed with), handed over together:
+        for work that already comes as a batch (recovery), without a task per item."""
+        futures = self._enqueue(items)
+        return list(await asyncio.gather(*futures, return_exceptions=True))
+
+    def _enqueue(self, items: Sequence[T]) -> list[asyncio.Future[R]]:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[R] = loop.create_future()
+        futures: list[asyncio.Future[R]] = [loop.create_future() for _ in items]
         with self._lock:
             if self._stopped:
                 raise errors.TemporaryError(f"{self.name} is closed (driver stopping)")
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()
-            self._queue.put(_Pending(item, future, loop))
-        return await future
+            for item, future in zip(items, futures, strict=True):
+                self._queue.put(_Pending(item, future, loop))
+        return futures
 
     def stop(self) -> None:
         """Run what was already submitted, then end the thread (blocks until it has)."""
@@ -95,18 +106,24 @@ class BatchThread(Generic[T, R]):
                 results: Sequence[R | BaseException] = self._run([p.item for p in batch])
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
                 results = [exc] * len(batch)
-            for pending, result in zip(batch, results, strict=True):
-                _resolve(pending, result)
+            _resolve(list(zip(batch, results, strict=True)))
 
 
-def _resolve(pending: _Pending[T, R], result: R | BaseException) -> None:
-    def settle() -> None:
+def _resolve(done: list[tuple[_Pending[T, R], R | BaseException]]) -> None:
+    """Hand a batch's results to their callers: one wake-up per event loop, not per item."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Pending[T, R], R | BaseException]]] = {}
+    for pending, result in done:
+        by_loop.setdefault(pending.loop, []).append((pending, result))
+    for loop, settled in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle, settled)
+
+
+def _settle(settled: list[tuple[_Pending[T, R], R | BaseException]]) -> None:
+    for pending, result in settled:
         if pending.future.done():
-            return
+            continue
         if isinstance(result, BaseException):
             pending.future.set_exception(result)
         else:
             pending.future.set_result(result)
-
-    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-        pending.loop.call_soon_threadsafe(settle)

@@ -153,6 +153,23 @@ class ClaimEngine:
             except errors.CheckpointCorruptError as exc:
                 self.enter_fail_closed(exc)
                 fail_closed = self.mode.fail_closed
+        return self._view(uid, record, fail_closed)
+
+    def observe_many(self, uids: Sequence[str]) -> list[ClaimView]:
+        """``observe`` of several claims (their locks held), read in one query."""
+        found: Mapping[str, tuple[ClaimRecord | None, str]] = {}
+        if not self.mode.fail_closed:
+            try:
+                found = self.store.records_now(uids)
+            except errors.CheckpointCorruptError as exc:
+                self.enter_fail_closed(exc)
+        views = []
+        for uid in uids:
+            record, fail_closed = found.get(uid, (None, self.mode.fail_closed))
+            views.append(self._view(uid, record, fail_closed))
+        return views
+
+    def _view(self, uid: str, record: ClaimRecord | None, fail_closed: str) -> ClaimView:
         return ClaimView(
             uid,
             record,

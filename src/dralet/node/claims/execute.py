@@ -407,19 +407,48 @@ class Steps:
         """Rewrite a prepared claim's spec and metadata files if they vanished; the new
         spec's stamp (None when nothing was missing). ``expected`` after a reboot, which
         clears /var/run/cdi (logged at info then, not as a warning)."""
-        if record.cdi_spec is None or self.artifacts_present(record, record.uid):
-            return None
-        if record.device_metadata:
-            await asyncio.to_thread(
-                self.metadata_files.write, record.uid, dict(record.device_metadata)
-            )
-        stamp = await self.spec_io.write(record.uid, dict(record.cdi_spec))
-        log.log(
-            logging.INFO if expected else logging.WARNING,
-            "CDI spec was missing; rewrote it from the claim's record",
-            extra={"claim_uid": record.uid},
+        (result,) = await self.rewrite_specs([record], expected=expected)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def rewrite_specs(
+        self, records: Sequence[ClaimRecord], *, expected: bool = False
+    ) -> list[cdi_store.SpecStamp | BaseException | None]:
+        """``rewrite_spec`` of several claims (each one's lock held), their spec writes
+        handed to the writer together; a result per record: the new stamp, None, or the
+        error of that claim alone."""
+        results: list[cdi_store.SpecStamp | BaseException | None] = [None] * len(records)
+        wanted: list[int] = []
+        for index, record in enumerate(records):
+            if record.cdi_spec is None or self.artifacts_present(record, record.uid):
+                continue
+            if record.device_metadata:
+                try:
+                    await asyncio.to_thread(
+                        self.metadata_files.write, record.uid, dict(record.device_metadata)
+                    )
+                except Exception as exc:  # noqa: BLE001 - this claim's own error
+                    results[index] = exc
+                    continue
+            wanted.append(index)
+        written = await self.spec_io.write_many(
+            [(records[i].uid, dict(records[i].cdi_spec or {})) for i in wanted]
         )
-        return stamp
+        rewritten = 0
+        for index, result in zip(wanted, written, strict=True):
+            results[index] = result
+            if isinstance(result, BaseException):
+                continue
+            rewritten += 1
+            if not expected:
+                log.warning(
+                    "CDI spec was missing; rewrote it from the claim's record",
+                    extra={"claim_uid": records[index].uid},
+                )
+        if expected and rewritten:
+            log.info("rewrote %d CDI specs from their claims' records after a reboot", rewritten)
+        return results
 
     async def survives_reboot(self, record: ClaimRecord) -> bool:
         results = [

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dralet import errors, fsutil
+from dralet import errors, fsutil, gcpause
 from dralet.cdi.store import SpecStamp
 from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.node.backend import ClaimRef, ClaimUID
@@ -33,6 +33,8 @@ __all__ = ["RecoveryReport", "collect_stale", "fix", "recover"]
 log = logging.getLogger("dralet.node.claims")
 
 RETRY_MAX = 60.0
+REVALIDATE_CHUNK = 256
+"""Claims revalidated after a reboot under their locks at once."""
 
 
 @dataclass
@@ -54,6 +56,11 @@ class RecoveryReport:
 
 async def recover(engine: ClaimEngine, *, retry_later: bool = True) -> RecoveryReport:
     """Repair what ``plan_node`` marks ``by="start"``; claim by claim, never aborting."""
+    with gcpause.paused():  # every record decoded and planned at once
+        return await _recover(engine, retry_later=retry_later)
+
+
+async def _recover(engine: ClaimEngine, *, retry_later: bool) -> RecoveryReport:
     report = RecoveryReport()
     try:
         fsutil.ensure_private_dir(engine.settings.plugin_dir)
@@ -99,46 +106,46 @@ async def _try(engine: ClaimEngine, report: RecoveryReport, subject: str, step: 
     except (asyncio.CancelledError, errors.IrreversibleError):
         raise
     except Exception as exc:  # noqa: BLE001 - one claim's failure never stops the others
-        log.error("recovery of %s deferred: %s", subject, exc)  # noqa: TRY400 - no traceback
-        report.deferred.append((subject, str(exc)))
-        engine.pending_recovery.add(subject)
+        _defer(engine, report, subject, exc)
         return False
     engine.pending_recovery.discard(subject)
     return True
 
 
+def _defer(engine: ClaimEngine, report: RecoveryReport, subject: str, exc: BaseException) -> None:
+    """``subject``'s step failed: retried later (an irreversible failure goes up)."""
+    if isinstance(exc, asyncio.CancelledError | errors.IrreversibleError):
+        raise exc
+    log.error("recovery of %s deferred: %s", subject, exc)
+    report.deferred.append((subject, str(exc)))
+    engine.pending_recovery.add(subject)
+
+
 async def _execute(
     engine: ClaimEngine, findings: Sequence[plan.Finding], report: RecoveryReport
 ) -> None:
-    revalidated: dict[str, tuple[ClaimRecord, SpecStamp | None]] = {}
     # Claims are repaired concurrently (each under its own lock, as many at once as
     # claims are prepared), so their durable writes share commits and fsyncs.
     slots = asyncio.Semaphore(engine.settings.max_parallel_claims)
 
     async def one(finding: plan.Finding) -> None:
         async def step() -> None:
-            report.add(
-                *await _run_finding(engine, finding, plan.Action(finding.action), revalidated)
-            )
+            report.add(*await _run_finding(engine, finding, plan.Action(finding.action)))
 
         async with slots:
             await _try(engine, report, finding.subject, step)
 
+    rebooted = [f.subject for f in findings if f.action == plan.Action.REVALIDATE]
+    findings = [f for f in findings if f.action != plan.Action.REVALIDATE]
     await asyncio.gather(*(one(finding) for finding in findings))
-    if revalidated:
-        await _try(
-            engine,
-            report,
-            "checkpoint",
-            lambda: engine.steps.stamp(revalidated),
-        )
+    for start in range(0, len(rebooted), REVALIDATE_CHUNK):
+        await _revalidate(engine, rebooted[start : start + REVALIDATE_CHUNK], report)
 
 
 async def _run_finding(
     engine: ClaimEngine,
     finding: plan.Finding,
     action: plan.Action,
-    revalidated: dict[str, tuple[ClaimRecord, SpecStamp | None]],
 ) -> tuple[str, str]:
     if action is plan.Action.RELEASE_ORPHAN_DEVICE:
         holders = (await engine.backend.devices_in_use()).get(finding.subject, frozenset())
@@ -172,14 +179,58 @@ async def _run_finding(
                 return "", ""
         elif action not in plan.plan_settle(view):
             return "", ""
-        if action is plan.Action.REVALIDATE and view.record is not None:
-            if await engine.steps.survives_reboot(view.record):
-                written = await engine.steps.rewrite_spec(view.record, expected=True)
-                revalidated[finding.subject] = (view.record, written)  # stamped in one write
-                return "revalidated-after-reboot", finding.subject
-            await engine.steps.teardown(view.record, reason="device state did not survive a reboot")
-            return "rolled-back-after-reboot", finding.subject
         return await engine.run_step(action, view, reason=finding.message), finding.subject
+
+
+async def _revalidate(
+    engine: ClaimEngine,
+    uids: Sequence[str],
+    report: RecoveryReport,
+) -> None:
+    """Claims prepared before a reboot, a chunk at a time under their locks: each one's
+    devices asked whether they survived, the specs of those that did rewritten in one
+    hand-over to the spec writer, the others rolled back; the revalidated records are
+    stamped in one commit. Per claim, as ``_try``: a claim whose step fails is deferred
+    alone (a failed stamp leaves its claims to be revalidated again at the next start)."""
+
+    async with engine.store.claim_locks(uids):
+        # Planned again under the locks: another instance may have moved a claim on.
+        records = [
+            view.record
+            for view in engine.observe_many(uids)
+            if view.record is not None and plan.Action.REVALIDATE in plan.plan_settle(view)
+        ]
+        survived = await asyncio.gather(
+            *(engine.steps.survives_reboot(r) for r in records), return_exceptions=True
+        )
+        keep = []
+        for record, answer in zip(records, survived, strict=True):
+            if isinstance(answer, BaseException):
+                _defer(engine, report, record.uid, answer)
+            elif answer:
+                keep.append(record)
+            else:
+                rolled_back = await _try(
+                    engine,
+                    report,
+                    record.uid,
+                    lambda r=record: engine.steps.teardown(
+                        r, reason="device state did not survive a reboot"
+                    ),
+                )
+                if rolled_back:
+                    report.add("rolled-back-after-reboot", record.uid)
+        written = await engine.steps.rewrite_specs(keep, expected=True)
+        revalidated: dict[str, tuple[ClaimRecord, SpecStamp | None]] = {}
+        for record, stamp in zip(keep, written, strict=True):
+            if isinstance(stamp, BaseException):
+                _defer(engine, report, record.uid, stamp)
+                continue
+            engine.pending_recovery.discard(record.uid)
+            revalidated[record.uid] = (record, stamp)
+            report.add("revalidated-after-reboot", record.uid)
+        if revalidated:
+            await _try(engine, report, "checkpoint", lambda: engine.steps.stamp(revalidated))
 
 
 async def _retry_forever(engine: ClaimEngine) -> None:
@@ -225,6 +276,11 @@ async def collect_stale(
     normally unprepares on its own, and this only covers what it lost track of.
     Also retries pending finalizer removals. Returns the UIDs cleaned up.
     """
+    with gcpause.paused():  # every record decoded and every claim read at once
+        return await _collect_stale(engine, now=now, force=force)
+
+
+async def _collect_stale(engine: ClaimEngine, *, now: float | None, force: bool) -> list[str]:
     if engine.fail_closed or isinstance(engine.calls.claims, source.NoClaimSource):
         return []  # without the API, nothing can be proven stale
     current = time.monotonic() if now is None else now

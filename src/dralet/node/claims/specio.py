@@ -7,6 +7,7 @@ all of them (``SpecStore.apply``): the same group-commit shape as the claim reco
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dralet.cdi.store import SpecStamp, SpecStore, WrittenSpec
@@ -28,9 +29,22 @@ class SpecWriter:
         assert isinstance(written, WrittenSpec)
         return written.stamp
 
+    async def write_many(
+        self, documents: Sequence[tuple[str, dict[str, Any]]]
+    ) -> list[SpecStamp | BaseException]:
+        """Several claims' specs (claim UID, document), each durable or failed alone."""
+        results = await self._thread.submit_many(documents)
+        return [r.stamp if isinstance(r, WrittenSpec) else _failure(r) for r in results]
+
     async def remove(self, claim_uid: str) -> bool:
         """The claim's spec gone for good once this returns; whether it was there."""
         return bool(await self._thread.submit((claim_uid, None)))
 
     def stop(self) -> None:
         self._thread.stop()
+
+
+def _failure(result: bool | BaseException) -> BaseException:
+    if isinstance(result, BaseException):
+        return result
+    return AssertionError("a spec write answered as a removal")

@@ -93,6 +93,10 @@ class RecordStore:
             if not future.done():
                 future.set_result(found[uid])
 
+    def records_now(self, uids: Sequence[str]) -> dict[str, tuple[ClaimRecord | None, str]]:
+        """``record`` of several claims in one query (call with their locks held)."""
+        return self.db.read_many(uids)
+
     def open(self) -> Snapshot:
         """Create the database if needed (taking over ``checkpoint.json``); every record."""
         self.db.open()
@@ -206,6 +210,15 @@ class RecordStore:
         self.db.open()
 
     # ------------------------------------------------------------------ claim locks
+
+    @contextlib.asynccontextmanager
+    async def claim_locks(self, uids: Sequence[str]) -> AsyncIterator[None]:
+        """``claim_lock`` of several claims at once, taken in UID order (so two holders
+        of several never wait on each other in a circle)."""
+        async with contextlib.AsyncExitStack() as held:
+            for uid in sorted(set(uids)):
+                await held.enter_async_context(self.claim_lock(uid))
+            yield
 
     @contextlib.asynccontextmanager
     async def claim_lock(self, uid: str) -> AsyncIterator[None]:
