@@ -8,6 +8,7 @@ unknown fields the way the CDI library does.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,6 +119,7 @@ class Spec:
         return [f"{self.kind}={device.name}" for device in self.devices]
 
 
+@functools.lru_cache(maxsize=64)  # a handful of versions, compared on every spec written
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
