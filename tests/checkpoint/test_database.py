@@ -89,17 +89,6 @@ def test_admin_access_and_shares_do_not_hold_the_device_exclusively(tmp_path: Pa
     ]
 
 
-def test_an_expected_record_that_changed_is_left_alone(tmp_path: Path) -> None:
-    db = open_db(tmp_path)
-    before = record("a", "gpu-0", state=ClaimState.PREPARE_COMPLETED)
-    db.apply([Put(before)])
-    db.apply([Put(record("a", "gpu-0", state=ClaimState.UNPREPARE_STARTED))])
-    stamped = ClaimRecord(**{**before.__dict__, "boot_id": "boot-2"})
-    (result,) = db.apply([Put(stamped, expect=before)])
-    assert isinstance(result, errors.ClaimError)
-    assert db.snapshot().checkpoint.claims["a"].state == ClaimState.UNPREPARE_STARTED
-
-
 def test_a_damaged_row_is_reported_for_that_claim_and_never_read_as_another(
     tmp_path: Path,
 ) -> None:

@@ -110,8 +110,6 @@ class Put:
     """Store ``record`` (its holds follow its state)."""
 
     record: ClaimRecord
-    expect: ClaimRecord | None = None
-    """When set, the write happens only if the stored record still equals it."""
 
 
 @dataclass(frozen=True)
@@ -362,7 +360,7 @@ class RecordDatabase:
     def apply(self, ops: Sequence[Op]) -> list[BaseException | None]:
         """Apply ``ops`` in ONE transaction (one fsync); a result per op.
 
-        An op that cannot be applied (a device already held, an expectation not met) gets
+        An op that cannot be applied (an intent on a device already held) gets
         its error and changes nothing, without holding back the others. A failure of the
         transaction itself (disk full, I/O error) is raised for all of them.
 
@@ -376,9 +374,9 @@ class RecordDatabase:
         results: list[BaseException | None] = [None] * len(ops)
         freeing: list[tuple[int, Drop | Put]] = []
         keeping: list[Put] = []
-        checked: list[tuple[int, Intent | Put]] = []
+        checked: list[tuple[int, Intent]] = []
         for index, op in enumerate(ops):
-            if isinstance(op, Intent) or (isinstance(op, Put) and op.expect is not None):
+            if isinstance(op, Intent):
                 checked.append((index, op))
             elif isinstance(op, Drop) or not op.record.holds_devices:
                 freeing.append((index, op))
@@ -424,20 +422,9 @@ class RecordDatabase:
             [(*key, r.uid) for r in records for key in _holds(r)],
         )
 
-    def _checked(self, conn: sqlite3.Connection, op: Intent | Put) -> BaseException | None:
-        """An intent (its devices must be free) or a put that expects the stored record."""
+    def _checked(self, conn: sqlite3.Connection, op: Intent) -> BaseException | None:
+        """An intent: its devices must be free."""
         record = op.record
-        if isinstance(op, Put):
-            rows = conn.execute(
-                "SELECT data, checksum FROM claims WHERE uid = ?", (record.uid,)
-            ).fetchall()
-            if not _stored_as(record.uid, rows, op.expect):
-                return errors.ClaimError(record.uid, "record changed meanwhile; left as it is")
-            if record.holds_devices:
-                self._store(conn, [record])
-            else:
-                self._free(conn, [op])
-            return None
         for pool, device, share_id in _holds(record):
             row = conn.execute(
                 "SELECT uid FROM holds WHERE pool = ? AND device = ? AND share_id = ?",
@@ -482,23 +469,6 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
 def _row(record: ClaimRecord) -> tuple[str, str, str, str]:
     data, checksum = encode_row(record)
     return record.uid, record.state.value, data, checksum
-
-
-def _decoded_or_none(uid: str, rows: list[tuple[object, ...]]) -> ClaimRecord | None:
-    if not rows:
-        return None
-    try:
-        return decode_row(uid, rows[0][0], rows[0][1])
-    except codec.CodecError:
-        return None
-
-
-def _stored_as(uid: str, rows: list[tuple[object, ...]], expected: ClaimRecord | None) -> bool:
-    """Whether the claim's row (if any) holds ``expected``: compared as text when it is
-    ``expected``'s canonical encoding (no decoding), else as decoded records."""
-    if rows and expected is not None and rows[0][0] == codec.encode_record(expected):
-        return rows[0][1] == row_checksum(uid, str(rows[0][0]))
-    return _decoded_or_none(uid, rows) == expected
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

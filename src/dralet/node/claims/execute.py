@@ -628,13 +628,12 @@ class Steps:
         self, revalidated: Mapping[str, tuple[ClaimRecord, cdi_store.SpecStamp | None]]
     ) -> None:
         """Mark claims revalidated after a reboot (and the specs rewritten for them), in
-        one commit for all of them.
-
-        A record changed since it was revalidated (another instance unprepared it) is
-        left alone; a record still unstamped is simply revalidated again next start.
+        one commit for all of them; call with their locks held, so no other instance
+        changed them since they were revalidated. A record left unstamped (the commit
+        failed) is simply revalidated again next start.
         """
         stamp = now_stamp()
-        await self.store.commit(
+        results = await self.store.commit(
             [
                 Put(
                     replace(
@@ -642,9 +641,11 @@ class Steps:
                         boot_id=self.store.boot_id,
                         updated_at=stamp,
                         cdi_spec_stamp=spec or r.cdi_spec_stamp,
-                    ),
-                    expect=r,
+                    )
                 )
                 for r, spec in revalidated.values()
             ]
         )
+        for result in results:
+            if result is not None:
+                raise result
