@@ -7,8 +7,10 @@ fires (``name@N=kill``), the claims and the devices they were allocated (some de
 are allocated to two claims, as a scheduler race or a force-deleted pod does, so the
 node's exclusivity guard is exercised), and the sequence of kubelet moves: prepare,
 pod deletion (unprepare), batched and concurrent calls, kubelet restarts, driver
-SIGKILL and SIGTERM. The driver is a real ``dralet run`` process (``DriverProcess``)
-talking to its own API stand-in; when it dies at the failpoint it is started again
+SIGKILL and SIGTERM, and node reboots (a new boot ID, an emptied CDI dir, a kubelet
+that has prepared nothing yet: the next start revalidates every claim). The driver
+is a real ``dralet run`` process (``DriverProcess``) talking to its own API
+stand-in; when it dies at the failpoint it is started again
 without one (sometimes with a second failpoint, so recovery itself is crashed), and the
 kubelet emulator retries what a real kubelet would: prepare again for pods still
 wanted, unprepare for pods deleted.
@@ -87,6 +89,7 @@ OPERATIONS = (
     "kubelet-restart",
     "driver-kill",
     "driver-term",
+    "node-reboot",
 )
 RERUN_COMMAND = f"{ENV_SEED}={{seed}} {ENV_RUNS}=1 .venv/bin/pytest tests/crash -k test_crash_runs"
 BUSY_MARKER = "is still prepared for claim "
@@ -286,6 +289,8 @@ class _Run:
         )
         self.paths = DriverPaths(root, driver_name=target.driver_name, node_name=settings.node_name)
         self.hit_log = root / "failpoints.log"
+        self.boot_id_path = root / "boot_id"
+        self.boots = 1
         self.node_settings = DriverSettings(
             driver_name=target.driver_name,
             node_name=settings.node_name,
@@ -293,6 +298,7 @@ class _Run:
             registry_dir=self.paths.registry_dir,
             cdi_dir=self.paths.cdi_dir,
             backend_state_dir=self.paths.state_dir,
+            boot_id_path=self.boot_id_path,
             device_metadata=True,
         )
         self.specs = cdi_store.SpecStore(self.node_settings.cdi_dir, self.node_settings.cdi_kind)
@@ -351,6 +357,8 @@ class _Run:
                 *selection[at + 2 :],
                 "--no-publish",
                 "--device-metadata",
+                "--boot-id-file",
+                str(self.boot_id_path),
                 "--log-level",
                 "warning",
             ],
@@ -450,6 +458,20 @@ class _Run:
             if code not in (0, KILLED):
                 self.violation(f"SIGTERM exit code {code}: {self.driver.log()[-1500:]}")
         await self.reap()
+
+    async def reboot(self) -> None:
+        """The node reboots: every process dies, the boot ID changes, /var/run/cdi (a
+        tmpfs) comes back empty and the kubelet starts with no pod prepared. The next
+        start revalidates every prepared claim (an armed failpoint may kill it there)."""
+        async with self.lifecycle:
+            if self.running and self.driver.alive:
+                await self._stop_driver(kill=True)
+            self.boots += 1
+            self.boot_id_path.write_text(f"boot-{self.boots}\n")
+            shutil.rmtree(self.paths.cdi_dir, ignore_errors=True)
+            self.note(f"node reboot: boot-{self.boots}, CDI dir emptied")
+        for pod in self.pods:
+            pod.prepared = False
 
     # ------------------------------------------------------------------ kubelet moves
 
@@ -595,6 +617,8 @@ class _Run:
                 pod.prepared = False
         elif operation in ("driver-kill", "driver-term"):
             await self.stop_driver(kill=operation == "driver-kill")
+        elif operation == "node-reboot":
+            await self.reboot()
         else:
             await self.kubelet_sync()
 
@@ -671,6 +695,7 @@ class _Run:
 
     async def execute(self) -> None:
         self.paths.root.mkdir(parents=True, exist_ok=True)
+        self.boot_id_path.write_text(f"boot-{self.boots}\n")
         async with ApiServer(kubernetes_version=self.settings.kubernetes_version) as api:
             gpu_names = self.target.setup(self.paths.root, self.settings.gpus)
             self.backend = self.target.backend(self.paths.root)

@@ -105,6 +105,13 @@ def _driver_options(
     help="Backend state dir [default: <plugin-dir>/backend].",
 )
 @click.option(
+    "--boot-id-file",
+    type=click.Path(path_type=Path),
+    default=_default(DriverSettings, "boot_id_path"),
+    show_default=True,
+    help="The node's boot ID; a changed one tells recovery the node rebooted.",
+)
+@click.option(
     "--gpus",
     type=int,
     default=None,
@@ -208,6 +215,7 @@ def command(
     registry_dir: Path,
     cdi_dir: Path,
     state_dir: Path | None,
+    boot_id_file: Path,
     gpus: int | None,
     prepare_delay: tuple[str, ...],
     pod_uid: str,
@@ -238,6 +246,7 @@ def command(
             node_name=node_name,
             registry_dir=registry_dir,
             cdi_dir=cdi_dir,
+            boot_id_path=boot_id_file,
             pod_uid=pod_uid,
             health_port=health_port,
             metrics_port=metrics_port,
