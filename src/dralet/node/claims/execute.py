@@ -372,7 +372,8 @@ class Steps:
             names = _cdi_names(_cdi_device_name(ref.uid, d), len(r.more_edits))
             for name, device_edits in zip(names, (edits, *r.more_edits), strict=True):
                 cdi_devices.append(cdi_spec.CDIDevice(name=name, container_edits=device_edits))
-        return cdi_spec.to_json(
+        # Checked strictly once, by the spec store, before it is written.
+        return cdi_spec.to_document(
             cdi_spec.Spec(kind=self.settings.cdi_kind, devices=tuple(cdi_devices))
         )
 
