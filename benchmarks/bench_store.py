@@ -8,11 +8,13 @@ owns). Every ratio divides two figures measured in this one run:
   claim per call);
 - 1,000 claims in one NodePrepareResources (CDI dir on tmpfs as on real nodes, then on
   the plugin dir's disk), and its per-claim cost over that of a 1-claim call;
-- one claim's lifecycle over its floor: the store commits it needs (each measured
-  beside it: one SQLite commit in the same directory), its CDI spec written and removed
-  (``fsutil.atomic_write`` + ``remove_file`` in the same CDI dir) and one gRPC round
-  trip per call (an empty NodePrepareResources); the API calls are measured against the
-  API stand-in and shown beside, not added (the driver here reads claims from memory);
+- one claim's lifecycle over its floor: the store commits it needs (one SQLite commit
+  in the same directory), its CDI spec written and removed (``fsutil.atomic_write`` +
+  ``remove_file`` in the same CDI dir) and one gRPC round trip per call (an empty
+  NodePrepareResources), each part sampled right after each lifecycle, so both see the
+  machine alike (and again alone, one sample after another, shown beside); the API
+  calls are measured against the API stand-in and shown beside, not added (the driver
+  here reads claims from memory);
 - 64 concurrent clients on overlapping claims for ``--duration`` seconds: p99 over the
   1-claim p50, and how often the hardware was asked for a device another claim holds;
 - fsyncs per lifecycle and per 1,000-claim call (the driver run under ``strace``);
@@ -162,45 +164,65 @@ async def one_call(
     return elapsed
 
 
-async def rpc_floor(plugin: PluginConnection) -> float:
-    samples = []
-    for _ in range(FLOOR_SAMPLES):
-        start = time.perf_counter()
-        await plugin.prepare_raw([])
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+@dataclass
+class Floor:
+    """One lifecycle's floor parts, each sampled right after a lifecycle (so both see the
+    machine in the same state): one store commit of a small record in the plugin dir's
+    file system, a spec-sized file written atomically and removed in the CDI dir, and
+    one empty NodePrepareResources round trip."""
+
+    commits: list[float] = field(default_factory=list)
+    specs: list[float] = field(default_factory=list)
+    rpcs: list[float] = field(default_factory=list)
+
+    def total(self) -> float:
+        """5 commits + one spec write and removal + 2 round trips."""
+        commit, spec, rpc = (statistics.median(x) for x in (self.commits, self.specs, self.rpcs))
+        return 5 * commit + spec + 2 * rpc
 
 
-def commit_floor(directory: Path) -> float:
-    """One store commit of one small record, alone, in ``directory``."""
-    db = database.RecordDatabase(directory / "floor.db")
+async def sample_floor(
+    plugin: PluginConnection, db: database.RecordDatabase, cdi_dir: Path, floor: Floor, i: int
+) -> None:
+    """One sample of each floor part."""
+    rec = ClaimRecord(
+        uid=f"floor-{i % 8}",
+        namespace="default",
+        name="floor",
+        state=ClaimState.PREPARE_COMPLETED,
+        devices=(DeviceRecord(pool="node-a", device=f"gpu-{i % 8}"),),
+    )
+    start = time.perf_counter()
+    db.apply([database.Put(rec)])
+    floor.commits.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    fsutil.atomic_write(cdi_dir / "floor.json", SPEC)
+    fsutil.remove_file(cdi_dir / "floor.json")
+    floor.specs.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    await plugin.prepare_raw([])
+    floor.rpcs.append(time.perf_counter() - start)
+
+
+async def lifecycles_and_floors(
+    plugin: PluginConnection, refs: Sequence[KubeletClaim], root: Path, cdi_dir: Path
+) -> tuple[list[float], Floor, Floor]:
+    """Each claim's prepare + unprepare, each followed by one sample of every floor part;
+    then as many floor samples again with nothing between them (the floor alone)."""
+    db = database.RecordDatabase(root / "floor.db")
     db.open()
+    cdi_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
+    beside, alone = Floor(), Floor()
     samples = []
-    for i in range(FLOOR_SAMPLES):
-        rec = ClaimRecord(
-            uid=f"floor-{i % 8}",
-            namespace="default",
-            name="floor",
-            state=ClaimState.PREPARE_COMPLETED,
-            devices=(DeviceRecord(pool="node-a", device=f"gpu-{i % 8}"),),
-        )
-        start = time.perf_counter()
-        db.apply([database.Put(rec)])
-        samples.append(time.perf_counter() - start)
-    db.close()
-    return statistics.median(samples)
-
-
-def spec_floor(directory: Path) -> float:
-    """A spec-sized file written atomically and removed, in ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    samples = []
-    for _ in range(FLOOR_SAMPLES):
-        start = time.perf_counter()
-        fsutil.atomic_write(directory / "floor.json", SPEC)
-        fsutil.remove_file(directory / "floor.json")
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    try:
+        for i, ref in enumerate(refs):
+            samples += await cycles(plugin, [ref])
+            await sample_floor(plugin, db, cdi_dir, beside, i)
+        for i in range(len(refs)):
+            await sample_floor(plugin, db, cdi_dir, alone, i)
+    finally:
+        db.close()
+    return samples, beside, alone
 
 
 async def api_floor() -> float:
@@ -266,9 +288,10 @@ async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]
             devices=BATCH + args.cycles,
             cdi_dir=cdi_tmpfs,
         ) as main:
-            rpc = await rpc_floor(main.plugin)
             await cycles(main.plugin, singles[: len(singles) // 4])  # warm-up, not measured
-            empty = await cycles(main.plugin, singles)
+            empty, floor_parts, floor_alone = await lifecycles_and_floors(
+                main.plugin, singles, root, cdi_tmpfs / "floor"
+            )
             one_claim = []
             for ref in singles[: args.cycles // 2]:
                 one_claim.append(await one_call(main.plugin, [ref], prepare=True))
@@ -277,8 +300,6 @@ async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]
             batch_prepare = await one_call(main.plugin, batch, prepare=True)
             full = await cycles(main.plugin, singles)
             batch_unprepare = await one_call(main.plugin, batch, prepare=False)
-        commit = commit_floor(root)
-        spec = spec_floor(cdi_tmpfs / "floor")
         api = await api_floor()
 
         ext4_cdi = root / "ext4-cdi"
@@ -314,7 +335,10 @@ async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]
     p50_empty, p50_full = statistics.median(empty), statistics.median(full)
     per_claim = batch_prepare / BATCH
     p50_one = statistics.median(one_claim)
-    floor = 5 * commit + spec + 2 * rpc
+    floor = floor_parts.total()
+    commit, spec, rpc = (
+        statistics.median(x) for x in (floor_parts.commits, floor_parts.specs, floor_parts.rpcs)
+    )
     p99 = percentile(hammer.latencies, 0.99)
     rows += [
         ("lifecycle p50, 1,000 recorded / none",
@@ -329,6 +353,9 @@ async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]
          f"{batch_unprepare:.3f} s = {BATCH / batch_unprepare:,.0f} claims/s", ""),
         ("one lifecycle / its floor (5 commits + spec + 2 RPCs)",
          f"{p50_empty * 1e3:.2f} / {floor * 1e3:.2f} ms", f"{p50_empty / floor:.2f}x"),
+        ("  the same over the floor sampled alone, after",
+         f"{p50_empty * 1e3:.2f} / {floor_alone.total() * 1e3:.2f} ms",
+         f"{p50_empty / floor_alone.total():.2f}x"),
         ("  floor parts: commit, spec write+remove, RPC",
          f"{commit * 1e3:.2f}, {spec * 1e3:.2f}, {rpc * 1e3:.2f} ms", ""),
         ("  API calls of a lifecycle (stand-in, not in the floor)", f"{api * 1e3:.2f} ms", ""),

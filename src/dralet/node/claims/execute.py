@@ -4,9 +4,9 @@ Each step walks the transitions of ``states`` in order, makes each durable fact 
 the next, and hits a failpoint after it so the crash suite can kill the driver there.
 ``prepare_fresh`` is the prepare route; ``teardown`` is every way down (unprepare,
 rollback of a failed or interrupted prepare, stale-claim cleanup, recovery). The
-backend's states for a claim's devices are recorded in one write the moment
-``backend.prepare_claim`` returns them, and ``release_claim`` gets exactly those states
-and the same configs back.
+backend's states for a claim's devices are recorded in one write as soon as
+``backend.prepare_claim`` returns them (while the claim's files are written), and
+``release_claim`` gets exactly those states and the same configs back.
 
 Longer than most modules because every durable step of the lifecycle lives here, in
 order, so the whole route of a claim reads top to bottom in one file.
@@ -159,8 +159,6 @@ class Steps:
                 await self.store.put(record)
                 raise partial.cause from None
             record = self._with_states(record, results)
-            await self.store.put(record)
-            failpoints.hit(FP_AFTER_DEVICE_RECORDED)
             for device, result in zip(record.devices, results, strict=True):
                 if any(e.is_empty() for e in (result.edits, *result.more_edits)):
                     raise errors.ClaimError(
@@ -170,17 +168,21 @@ class Steps:
                 if problem:
                     raise errors.ClaimError(ref.uid, f"device {device.device}: {problem}")
             failpoints.hit(FP_AFTER_BACKEND_PREPARE)
-            metadata: dict[str, str] = {}
-            if self.settings.device_metadata:
-                metadata = devicemetadata.documents(
-                    self.settings.driver_name, ref, record.devices, results, claim
-                )
-                # Before the spec that mounts them: a container never sees a missing file.
-                await asyncio.to_thread(self.metadata_files.write, ref.uid, metadata)
-                failpoints.hit(FP_AFTER_METADATA)
-            document = self._build_spec(ref, record.devices, results, metadata, claim)
-            stamp = await self.spec_io.write(ref.uid, document)
-            failpoints.hit(FP_AFTER_SPEC)
+            # The states are recorded while the claim's files are written; neither waits
+            # for the other. Files on disk with states not yet durable roll back as after
+            # a crash during ``prepare``: the backend is asked for the states again.
+            recorded, written = await asyncio.gather(
+                self.store.put(record),
+                self._write_files(ref, record.devices, results, claim),
+                return_exceptions=True,
+            )
+            if isinstance(recorded, BaseException):
+                raise recorded
+            record = recorded
+            failpoints.hit(FP_AFTER_DEVICE_RECORDED)
+            if isinstance(written, BaseException):
+                raise written
+            document, metadata, stamp = written
             completed = await self.store.put(
                 record.with_state(
                     ClaimState.PREPARE_COMPLETED,
@@ -225,6 +227,28 @@ class Steps:
             },
         )
         return completed
+
+    async def _write_files(
+        self,
+        ref: ClaimRef,
+        devices: Sequence[DeviceRecord],
+        results: Sequence[PreparedDevice],
+        claim: Mapping[str, Any] | None,
+    ) -> tuple[dict[str, Any], dict[str, str], cdi_store.SpecStamp]:
+        """The claim's device metadata files, then its CDI spec that mounts them: the
+        spec document, the metadata documents and the written spec's stamp."""
+        metadata: dict[str, str] = {}
+        if self.settings.device_metadata:
+            metadata = devicemetadata.documents(
+                self.settings.driver_name, ref, devices, results, claim
+            )
+            # Before the spec that mounts them: a container never sees a missing file.
+            await asyncio.to_thread(self.metadata_files.write, ref.uid, metadata)
+            failpoints.hit(FP_AFTER_METADATA)
+        document = self._build_spec(ref, devices, results, metadata, claim)
+        stamp = await self.spec_io.write(ref.uid, document)
+        failpoints.hit(FP_AFTER_SPEC)
+        return document, metadata, stamp
 
     async def _write_device_status(
         self,
