@@ -105,3 +105,36 @@ async def test_reboot_revalidation_in_chunks_settles_each_claim_alone(
     chunks = -(-CLAIMS // 5)
     assert writes[0] >= chunks  # a stamp per chunk (and the rollback's own commits)
     assert writes[0] < CLAIMS
+
+
+async def test_a_stale_pass_cleans_every_claim_it_can_and_leaves_one_that_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stale claims are torn down together; one whose release fails stays recorded (and
+    is tried again next pass) without holding back the others."""
+    node = LedgerNode.create(tmp_path, gpus=CLAIMS)
+    refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
+    assert all(not o.error for o in (await node.prepare(*refs)).values())
+    node.claims.objects.clear()  # every ResourceClaim is gone
+    release = node.backend.release_claim
+    failing = refs[5]
+
+    async def release_unless_failing(allocation: Any, states: Any) -> None:
+        if allocation.claim.uid == failing.uid:
+            raise OSError("device busy")
+        await release(allocation, states)
+
+    monkeypatch.setattr(node.backend, "release_claim", release_unless_failing)
+    with count_hits(CHECKPOINT_WRITTEN) as writes:
+        cleaned = await node.ledger.collect_stale(force=True)
+
+    assert sorted(cleaned) == sorted(r.uid for r in refs if r is not failing)
+    for ref in refs:
+        if ref is not failing:
+            node.assert_gone(ref)
+    assert node.record(failing) is not None
+    assert node.held_by(failing) == ["gpu-5"]
+    assert writes[0] < 2 * CLAIMS  # the claims' writes shared commits
+    monkeypatch.setattr(node.backend, "release_claim", release)
+    assert await node.ledger.collect_stale(force=True) == [failing.uid]
+    node.assert_gone(failing)

@@ -284,7 +284,6 @@ async def _collect_stale(engine: ClaimEngine, *, now: float | None, force: bool)
     if engine.fail_closed or isinstance(engine.calls.claims, source.NoClaimSource):
         return []  # without the API, nothing can be proven stale
     current = time.monotonic() if now is None else now
-    cleaned: list[str] = []
     records = sorted((await asyncio.to_thread(engine.store.snapshot)).checkpoint.claims.items())
     refs = {uid: ClaimRef(ClaimUID(uid), r.namespace, r.name) for uid, r in records}
     # Read concurrently (bounded by the API limit); a claim that cannot be read now is
@@ -292,12 +291,11 @@ async def _collect_stale(engine: ClaimEngine, *, now: float | None, force: bool)
     wanted = [refs[uid] for uid, r in records if r.state != ClaimState.RELEASED]
     served = await _read_all(engine, wanted)
     claims = iter(served)
+    released: list[str] = []
+    stale_now: list[tuple[str, str]] = []
     for uid, record in records:
         if record.state == ClaimState.RELEASED:
-            async with engine.store.claim_lock(uid):
-                view = await engine.observe(uid)
-                for step in plan.plan_settle(view):
-                    await engine.run_step(step, view, reason="finalizer removal retried")
+            released.append(uid)
             continue
         claim = next(claims)
         if isinstance(claim, BaseException):
@@ -315,23 +313,50 @@ async def _collect_stale(engine: ClaimEngine, *, now: float | None, force: bool)
             engine._stale_since.pop(uid, None)
             continue
         first_seen = engine._stale_since.setdefault(uid, current)
-        if not force and current - first_seen < engine.settings.stale_claim_grace:
-            continue
-        async with engine.store.claim_lock(uid):
+        if force or current - first_seen >= engine.settings.stale_claim_grace:
+            stale_now.append((uid, stale.message))
+
+    # Claims are torn down concurrently (each under its own lock, as many at once as
+    # claims are prepared), so their durable writes share commits, as in recovery.
+    slots = asyncio.Semaphore(engine.settings.max_parallel_claims)
+
+    async def retry_release(uid: str) -> None:
+        async with slots, engine.store.claim_lock(uid):
+            view = await engine.observe(uid)
+            for step in plan.plan_settle(view):
+                await engine.run_step(step, view, reason="finalizer removal retried")
+
+    async def clean(uid: str, why: str) -> str:
+        async with slots, engine.store.claim_lock(uid):
             view = await engine.observe(uid)
             if view.record is None:
-                continue
+                return ""
+            record = view.record
             log.warning(
                 "cleaning up stale claim: %s",
-                stale.message,
+                why,
                 extra={"claim_uid": uid, "claim": f"{record.namespace}/{record.name}"},
             )
-            await engine.run_step(
-                plan.Action.UNPREPARE_STALE, view, reason=f"stale: {stale.message}"
-            )
+            await engine.run_step(plan.Action.UNPREPARE_STALE, view, reason=f"stale: {why}")
         engine._stale_since.pop(uid, None)
         engine.metrics.stale_claim_cleanups.inc()
-        cleaned.append(uid)
+        return uid
+
+    outcomes = await asyncio.gather(
+        *(retry_release(uid) for uid in released),
+        *(clean(uid, why) for uid, why in stale_now),
+        return_exceptions=True,
+    )
+    cleaned: list[str] = []
+    subjects = [*released, *(uid for uid, _ in stale_now)]
+    for uid, outcome in zip(subjects, outcomes, strict=True):
+        if isinstance(outcome, asyncio.CancelledError | errors.IrreversibleError):
+            raise outcome
+        if isinstance(outcome, BaseException):
+            # That claim alone: it stays recorded and is tried again next pass.
+            log.warning("stale-claim cleanup of %s failed: %s", uid, outcome)
+        elif outcome:
+            cleaned.append(outcome)
     return cleaned
 
 
