@@ -177,30 +177,10 @@ class SimulatedGPUs:
             await asyncio.sleep(delay)
         shared = self.layout.is_shared(index)
         memory = str(device.consumed_capacity.get("memory", ""))
-        async with self._lock.acquire():
-            state_now = self._state()
-            in_use, shares = state_now["inUse"], state_now["shares"]
-            if shared:
-                if not device.share_id:
-                    raise dralet.ClaimError(claim.uid, f"{device.device} is shared: no shareID")
-                mine = shares.setdefault(device.device, {}).setdefault(claim.uid, {})
-                mine[device.share_id] = memory
-                self._save(state_now)
-            else:
-                holder = in_use.get(device.device)
-                if holder and holder != claim.uid and not device.admin_access:
-                    raise dralet.ClaimError(
-                        claim.uid, f"{device.device} is in use by claim {holder} in the hardware"
-                    )
-                conflict = "" if device.admin_access else self._conflict(in_use, name, claim.uid)
-                if conflict:
-                    raise dralet.ClaimError(claim.uid, conflict)
-                if not device.admin_access:
-                    in_use[device.device] = claim.uid
-                    self._save(state_now)
-        info_dir = self.state_dir / "info" / device.device
-        info_dir.mkdir(parents=True, exist_ok=True)
-        (info_dir / "uuid").write_text(self.device_uuid(device.device) + "\n")
+        # The "hardware" is a file: its read-modify-write runs off the event loop, with
+        # the lock taken in the same thread, so a cancelled caller never leaves it half
+        # done for the next one.
+        info_dir = await asyncio.to_thread(self._take, claim, device, name, shared, memory)
         mode = self.mode(device)
         env = [f"EXAMPLE_GPU_{index}={self.gpu_uuid(index)}"]
         if mode:
@@ -232,12 +212,50 @@ class SimulatedGPUs:
             state["share"] = {"id": device.share_id, "memory": memory}
         return dralet.PreparedDevice(edits=edits, state=state)
 
+    def _take(
+        self,
+        claim: dralet.ClaimRef,
+        device: dralet.AllocatedDevice,
+        name: DeviceName,
+        shared: bool,
+        memory: str,
+    ) -> Path:
+        """Mark ``device`` as ``claim``'s (or add its share); its info dir."""
+        with self._lock.hold():
+            state_now = self._state()
+            in_use, shares = state_now["inUse"], state_now["shares"]
+            if shared:
+                if not device.share_id:
+                    raise dralet.ClaimError(claim.uid, f"{device.device} is shared: no shareID")
+                mine = shares.setdefault(device.device, {}).setdefault(claim.uid, {})
+                mine[device.share_id] = memory
+                self._save(state_now)
+            else:
+                holder = in_use.get(device.device)
+                if holder and holder != claim.uid and not device.admin_access:
+                    raise dralet.ClaimError(
+                        claim.uid, f"{device.device} is in use by claim {holder} in the hardware"
+                    )
+                conflict = "" if device.admin_access else self._conflict(in_use, name, claim.uid)
+                if conflict:
+                    raise dralet.ClaimError(claim.uid, conflict)
+                if not device.admin_access:
+                    in_use[device.device] = claim.uid
+                    self._save(state_now)
+        info_dir = self.state_dir / "info" / device.device
+        info_dir.mkdir(parents=True, exist_ok=True)
+        (info_dir / "uuid").write_text(self.device_uuid(device.device) + "\n")
+        return info_dir
+
     async def release(
         self, claim: dralet.ClaimRef, device: dralet.AllocatedDevice, state: Mapping[str, Any]
     ) -> None:
         """Release one device of ``claim`` (the building block of ``release_claim``); a
         partition is destroyed, a share given back."""
-        async with self._lock.acquire():
+        await asyncio.to_thread(self._give_back, claim, device)
+
+    def _give_back(self, claim: dralet.ClaimRef, device: dralet.AllocatedDevice) -> None:
+        with self._lock.hold():
             state_now = self._state()
             in_use, shares = state_now["inUse"], state_now["shares"]
             mine = shares.get(device.device, {}).get(claim.uid, {})
@@ -253,7 +271,7 @@ class SimulatedGPUs:
                 self._save(state_now)
 
     async def devices_in_use(self) -> Mapping[str, str | Sequence[str]]:
-        state = self._state()
+        state = await asyncio.to_thread(self._state)
         held: dict[str, str | Sequence[str]] = dict(state["inUse"])
         for device, by_claim in state["shares"].items():
             held[device] = sorted(by_claim)
