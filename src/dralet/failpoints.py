@@ -9,9 +9,9 @@ variable ``DRALET_FAILPOINTS`` (read once per process) or ``arm()`` names that p
 - ``name=enospc`` / ``name=eacces`` an ``OSError`` with that errno is raised.
 
 A name may end in ``@N`` to trigger only on its N-th hit (1-based). When
-``DRALET_FAILPOINT_LOG`` (also read once) names a file, every hit is appended to it so a harness can
-report which failpoints a run covered. Owned by dralet core; the crash campaign under
-``tests/`` arms them.
+``DRALET_FAILPOINT_LOG`` (also read once) names a file, every hit is appended to it so
+a harness can report which failpoints a run covered. Owned by dralet core; the crash
+campaign under ``tests/`` arms them.
 """
 
 from __future__ import annotations

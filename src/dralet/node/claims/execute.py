@@ -650,15 +650,15 @@ class Steps:
         return True
 
     async def stamp(
-        self, revalidated: Mapping[str, tuple[ClaimRecord, cdi_store.SpecStamp | None]]
+        self, revalidated: Sequence[tuple[ClaimRecord, cdi_store.SpecStamp | None]]
     ) -> None:
-        """Mark claims revalidated after a reboot (and the specs rewritten for them), in
-        one commit for all of them; call with their locks held, so no other instance
-        changed them since they were revalidated. A record left unstamped (the commit
-        failed) is simply revalidated again next start.
+        """Mark claims revalidated after a reboot (each with the stamp of the spec
+        rewritten for it, if one was), in one commit for all of them; call with their
+        locks held, so no other instance changed them since they were revalidated. A
+        record left unstamped (the commit failed) is simply revalidated again next start.
         """
         stamp = now_stamp()
-        results = await self.store.commit(
+        await self.store.commit(
             [
                 Put(
                     replace(
@@ -668,9 +668,6 @@ class Steps:
                         cdi_spec_stamp=spec or r.cdi_spec_stamp,
                     )
                 )
-                for r, spec in revalidated.values()
+                for r, spec in revalidated
             ]
         )
-        for result in results:
-            if result is not None:
-                raise result

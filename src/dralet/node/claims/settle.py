@@ -182,17 +182,12 @@ async def _run_finding(
         return await engine.run_step(action, view, reason=finding.message), finding.subject
 
 
-async def _revalidate(
-    engine: ClaimEngine,
-    uids: Sequence[str],
-    report: RecoveryReport,
-) -> None:
+async def _revalidate(engine: ClaimEngine, uids: Sequence[str], report: RecoveryReport) -> None:
     """Claims prepared before a reboot, a chunk at a time under their locks: each one's
     devices asked whether they survived, the specs of those that did rewritten in one
     hand-over to the spec writer, the others rolled back; the revalidated records are
     stamped in one commit. Per claim, as ``_try``: a claim whose step fails is deferred
     alone (a failed stamp leaves its claims to be revalidated again at the next start)."""
-
     async with engine.store.claim_locks(uids):
         # Planned again under the locks: another instance may have moved a claim on.
         records = [
@@ -221,13 +216,13 @@ async def _revalidate(
                 if rolled_back:
                     report.add("rolled-back-after-reboot", record.uid)
         written = await engine.steps.rewrite_specs(keep, expected=True)
-        revalidated: dict[str, tuple[ClaimRecord, SpecStamp | None]] = {}
+        revalidated: list[tuple[ClaimRecord, SpecStamp | None]] = []
         for record, stamp in zip(keep, written, strict=True):
             if isinstance(stamp, BaseException):
                 _defer(engine, report, record.uid, stamp)
                 continue
             engine.pending_recovery.discard(record.uid)
-            revalidated[record.uid] = (record, stamp)
+            revalidated.append((record, stamp))
             report.add("revalidated-after-reboot", record.uid)
         if revalidated:
             await _try(engine, report, "checkpoint", lambda: engine.steps.stamp(revalidated))
