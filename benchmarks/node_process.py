@@ -5,9 +5,10 @@ API server and the hardware are left out (what dralet owns is what is measured; 
 round trips are measured beside it in ``bench_store``). ``--backend example`` uses the
 example GPUs instead, whose own state file is rewritten on every prepare and release.
 Claim ``i`` is ``default/c<i>`` with UID ``UUID(int=i + 1)``, allocated device
-``gpu-<i mod devices>``. It stops on SIGTERM. The memory backend counts, in
-``ROOT/violations``, every time it is asked to prepare a device another claim holds: the
-engine must never let that reach the hardware.
+``gpu-<i mod devices>``; claims are made when read and only their finalizers are kept, so
+the process's memory is the driver's own, not the stand-in API's. It stops on SIGTERM.
+The memory backend counts, in ``ROOT/violations``, every time it is asked to prepare a
+device another claim holds: the engine must never let that reach the hardware.
 
     python benchmarks/node_process.py ROOT --claims N --devices D [--cdi-dir DIR]
 """
@@ -18,14 +19,16 @@ import argparse
 import asyncio
 import signal
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import dralet
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node.backend import DeviceBackend
 from dralet.node.settings import DriverSettings
 from dralet.testing import MemoryDevices
-from dralet.testing.claims import DRIVER, NODE, MemoryClaims, allocated_claim
+from dralet.testing.claims import DRIVER, NODE, allocated_claim
 
 
 class CountingDevices(MemoryDevices):
@@ -50,6 +53,57 @@ def claim_uid(index: int) -> str:
     return str(uuid.UUID(int=index + 1))
 
 
+class SyntheticClaims:
+    """A ``ClaimSource`` of ``count`` claims made on each read (as an API server hands
+    out a fresh object), keeping nothing but the finalizers set on them."""
+
+    def __init__(self, count: int, devices: int) -> None:
+        self.count = count
+        self.devices = devices
+        self.finalizers: dict[str, list[str]] = {}
+
+    def _index(self, namespace: str, name: str) -> int | None:
+        if namespace != "default" or not name.startswith("c") or not name[1:].isdigit():
+            return None
+        index = int(name[1:])
+        return index if index < self.count else None
+
+    async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        index = self._index(namespace, name)
+        if index is None:
+            return None
+        claim = allocated_claim(
+            name, uid=claim_uid(index), devices=[("gpu", f"gpu-{index % self.devices}")]
+        )
+        claim["metadata"]["finalizers"] = list(self.finalizers.get(name, ()))
+        return claim
+
+    async def add_finalizer(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        finalizer: str,
+        *,
+        current: Mapping[str, Any] | None = None,
+    ) -> bool:
+        index = self._index(namespace, name)
+        if index is None or claim_uid(index) != uid:
+            return False
+        kept = self.finalizers.setdefault(name, [])
+        if finalizer not in kept:
+            kept.append(finalizer)
+        return True
+
+    async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+        kept = self.finalizers.get(name)
+        if kept is not None and finalizer in kept:
+            kept.remove(finalizer)
+            if not kept:
+                del self.finalizers[name]
+        return True
+
+
 async def serve(args: argparse.Namespace) -> None:
     root = Path(args.root)
     (root / "boot_id").write_text("boot-1\n")
@@ -64,11 +118,7 @@ async def serve(args: argparse.Namespace) -> None:
         metrics_port=args.metrics_port or None,
         metrics_host="127.0.0.1",
     )
-    claims = MemoryClaims()
-    for i in range(args.claims):
-        claims.add(
-            allocated_claim(f"c{i}", uid=claim_uid(i), devices=[("gpu", f"gpu-{i % args.devices}")])
-        )
+    claims = SyntheticClaims(args.claims, args.devices)
     backend: DeviceBackend = (
         SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=args.devices)
         if args.backend == "example"
