@@ -43,7 +43,11 @@ class Node:
             node_name=NODE,
             plugin_dir=self.root / "plugins" / DRIVER,
             cdi_dir=self.root / "cdi",
+            boot_id_path=self.root / "boot_id",
         )
+
+    def reboot(self, boot_id: str) -> None:
+        self.settings.boot_id_path.write_text(f"{boot_id}\n")
 
     def node_args(self) -> list[str]:
         claimstore.create_store(self.settings.plugin_dir)
@@ -52,6 +56,7 @@ class Node:
             "--node-name", NODE,
             "--plugin-dir", str(self.settings.plugin_dir),
             "--cdi-dir", str(self.settings.cdi_dir),
+            "--boot-id-file", str(self.settings.boot_id_path),
         ]  # fmt: skip
 
     def full_args(self) -> list[str]:
@@ -96,7 +101,9 @@ class Node:
 def node(tmp_path: Path) -> Iterator[Node]:
     with ApiServerThread() as api:
         api.call(ControlPlane(api.server).add_node)
-        yield Node(tmp_path, api)
+        node = Node(tmp_path, api)
+        node.reboot("boot-1")
+        yield node
 
 
 def audit(*args: str, columns: int = 200) -> tuple[int, str, str]:
@@ -137,6 +144,25 @@ def test_dry_run_reports_and_changes_nothing_then_fix_repairs(node: Node) -> Non
     assert all(len(line) <= NARROW for line in out.splitlines()), out
     assert not (node.settings.cdi_dir / f"{DRIVER}-claim_{orphan}.json").exists()
 
+    code, out, _ = audit(*node.full_args())
+    assert code == 0, out
+
+
+def test_the_boot_id_file_is_the_drivers(node: Node) -> None:
+    """Read from the file ``dralet run`` reads: unchanged, a prepared claim is consistent;
+    changed (a reboot the driver has not started after), it is due for revalidation."""
+    ref = node.prepare("train", "gpu-0")
+    code, out, _ = audit(*node.full_args(), "-o", "json")
+    assert code == 0, out
+    node.reboot("boot-2")
+    code, out, _ = audit(*node.full_args(), "-o", "json")
+    assert code == 1, out
+    findings = json.loads(out)["findings"]
+    assert [(f["kind"], f["subject"], f["by"]) for f in findings] == [
+        ("not-revalidated", ref.uid, "start")
+    ]
+    code, out, _ = audit(*node.full_args(), "--fix")
+    assert code == 0, out
     code, out, _ = audit(*node.full_args())
     assert code == 0, out
 

@@ -433,6 +433,7 @@ def _repair_log() -> Iterator[None]:
     hidden=True,
     help="Deprecated: --driver example --state-dir DIR.",
 )
+@options.boot_id_file()
 @options.api_access()
 @click.option(
     "--fix", is_flag=True, help="Repair through the driver's recovery (default: dry run)."
@@ -450,6 +451,7 @@ def command(
     driver_options: tuple[str, ...],
     state_dir: Path | None,
     backend_state: Path | None,
+    boot_id_file: Path,
     kubeconfig: Path | None,
     kube_context: str | None,
     in_cluster: bool,
@@ -484,6 +486,7 @@ def command(
             plugin_dir=plugin_dir or KUBELET_PLUGINS_DIR / driver_name,
             cdi_dir=cdi_dir,
             cdi_class=cdi_class,
+            boot_id_path=boot_id_file,
         )
         if state_dir is not None:
             settings = dataclasses.replace(settings, backend_state_dir=state_dir)

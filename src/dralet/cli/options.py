@@ -10,8 +10,9 @@ from typing import Any, TypeVar
 import click
 
 from dralet.cli import exits
+from dralet.node.settings import DriverSettings
 
-__all__ = ["NODE_NAME_ENV", "api_access", "driver", "feature_gates", "output"]
+__all__ = ["NODE_NAME_ENV", "api_access", "boot_id_file", "driver", "feature_gates", "output"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,6 +106,19 @@ def driver_option(item: str) -> tuple[str, str]:
     if not key or not sep:
         raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
     return key, value
+
+
+def boot_id_file() -> Callable[[F], F]:
+    """``--boot-id-file`` (parameter ``boot_id_file``): where the node's boot ID is read. A
+    record stamped under another boot ID was prepared before a reboot; ``dralet audit``
+    must read the file ``dralet run`` reads, or it judges every prepared claim rebooted."""
+    return click.option(
+        "--boot-id-file",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=DriverSettings.boot_id_path,
+        show_default=True,
+        help="The node's boot ID; a changed one tells recovery the node rebooted.",
+    )
 
 
 def output(*, default: str = "table", help: str | None = None) -> Callable[[F], F]:

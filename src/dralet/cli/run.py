@@ -104,13 +104,7 @@ def _driver_options(
     default=None,
     help="Backend state dir [default: <plugin-dir>/backend].",
 )
-@click.option(
-    "--boot-id-file",
-    type=click.Path(path_type=Path),
-    default=_default(DriverSettings, "boot_id_path"),
-    show_default=True,
-    help="The node's boot ID; a changed one tells recovery the node rebooted.",
-)
+@options.boot_id_file()
 @click.option(
     "--gpus",
     type=int,
