@@ -31,6 +31,7 @@ from pathlib import Path
 from dralet import failpoints
 
 __all__ = [
+    "Directory",
     "FileLock",
     "KeyedLocks",
     "UnsafeFileError",
@@ -141,33 +142,43 @@ def _create_temp(dir_fd: int, directory: Path, name: str, mode: int) -> tuple[in
     )
 
 
-def atomic_write(
-    path: Path, data: bytes, *, mode: int = 0o600, failpoint: str = "", sync_dir: bool = True
-) -> None:
-    """Replace ``path`` with ``data`` atomically and durably.
+class Directory:
+    """One open directory whose files are replaced and removed by name, each step
+    relative to its descriptor: a batch of writes opens the directory once, then makes
+    all of them durable with one ``fsync``. Close it (or use ``with``)."""
 
-    ``sync_dir=False`` leaves the directory's fsync (which makes the rename durable) to
-    the caller, who may then make several renames durable with one ``fsync_dir``.
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, _DIR_FLAGS)
 
-    The temp file starts with a dot and ends in ``.tmp``: CDI runtimes load only
-    ``.json``/``.yaml`` files and the kubelet ignores dot files, so a half-written temp
-    file is never picked up. Anything but a regular file at ``path`` (a symlink, FIFO,
-    socket, device or directory) is never replaced: ``UnsafeFileError`` names it. A
-    regular file there is replaced by the rename, never written through, so a hard link
-    to it elsewhere keeps its content. On any error the temp file is removed and
-    ``path`` keeps its previous content.
-    """
-    if failpoint:
-        _declare(failpoint)
-    directory, name = path.parent, path.name
-    dir_fd = os.open(directory, _DIR_FLAGS)
-    try:
-        existing = _lstat_at(dir_fd, name)
+    def __enter__(self) -> Directory:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def fsync(self) -> None:
+        """Make the renames and unlinks done in it so far durable."""
+        os.fsync(self.fd)
+
+    def replace(
+        self, name: str, data: bytes, *, mode: int = 0o600, failpoint: str = ""
+    ) -> os.stat_result:
+        """Replace the file ``name`` with ``data`` atomically (durable once the directory
+        is fsynced); the status of the file renamed into place, taken from the descriptor
+        that wrote it. The rules are ``atomic_write``'s."""
+        if failpoint:
+            _declare(failpoint)
+        existing = _lstat_at(self.fd, name)
         if existing is not None and not stat.S_ISREG(existing.st_mode):
             raise UnsafeFileError(
-                path, f"is {file_kind(existing.st_mode)}, not a regular file; not replacing it"
+                self.path / name,
+                f"is {file_kind(existing.st_mode)}, not a regular file; not replacing it",
             )
-        fd, tmp = _create_temp(dir_fd, directory, name, mode)
+        fd, tmp = _create_temp(self.fd, self.path, name, mode)
         try:
             try:
                 view = memoryview(data)
@@ -179,19 +190,54 @@ def atomic_write(
                 os.fsync(fd)
                 if failpoint:
                     failpoints.hit(f"{failpoint}.after-fsync")
-                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                info = os.fstat(fd)
+                os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             finally:
                 os.close(fd)  # releases the flock: after the rename, or on error
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=dir_fd)
+                os.unlink(tmp, dir_fd=self.fd)
             raise
         if failpoint:
             failpoints.hit(f"{failpoint}.after-rename")
+        return info
+
+    def remove(self, name: str, *, failpoint: str = "") -> bool:
+        """Unlink the file ``name`` (durable once the directory is fsynced); whether it
+        existed. The rules are ``remove_file``'s."""
+        if failpoint:
+            failpoints.declare(f"{failpoint}.before-unlink", f"{failpoint}.after-unlink")
+            failpoints.hit(f"{failpoint}.before-unlink")
+        try:
+            os.unlink(name, dir_fd=self.fd)
+        except (FileNotFoundError, IsADirectoryError):
+            return False
+        if failpoint:
+            failpoints.hit(f"{failpoint}.after-unlink")
+        return True
+
+
+def atomic_write(
+    path: Path, data: bytes, *, mode: int = 0o600, failpoint: str = "", sync_dir: bool = True
+) -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    ``sync_dir=False`` leaves the directory's fsync (which makes the rename durable) to
+    the caller, who may then make several renames durable with one ``fsync_dir`` (or
+    write them all through one ``Directory``).
+
+    The temp file starts with a dot and ends in ``.tmp``: CDI runtimes load only
+    ``.json``/``.yaml`` files and the kubelet ignores dot files, so a half-written temp
+    file is never picked up. Anything but a regular file at ``path`` (a symlink, FIFO,
+    socket, device or directory) is never replaced: ``UnsafeFileError`` names it. A
+    regular file there is replaced by the rename, never written through, so a hard link
+    to it elsewhere keeps its content. On any error the temp file is removed and
+    ``path`` keeps its previous content.
+    """
+    with Directory(path.parent) as directory:
+        directory.replace(path.name, data, mode=mode, failpoint=failpoint)
         if sync_dir:
-            os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+            directory.fsync()
     if failpoint and sync_dir:
         failpoints.hit(f"{failpoint}.after-dir-fsync")
 
@@ -262,18 +308,15 @@ def remove_file(path: Path, *, failpoint: str = "", sync_dir: bool = True) -> bo
     directory at ``path`` is no file of ours (``atomic_write`` refuses to replace one):
     it is left alone and counts as nothing to remove.
     """
-    if failpoint:
-        failpoints.declare(f"{failpoint}.before-unlink", f"{failpoint}.after-unlink")
-        failpoints.hit(f"{failpoint}.before-unlink")
     try:
-        os.unlink(path)
-    except (FileNotFoundError, IsADirectoryError):
+        directory = Directory(path.parent)
+    except FileNotFoundError:
         return False
-    if failpoint:
-        failpoints.hit(f"{failpoint}.after-unlink")
-    if sync_dir:
-        fsync_dir(path.parent)
-    return True
+    with directory:
+        existed = directory.remove(path.name, failpoint=failpoint)
+        if existed and sync_dir:
+            directory.fsync()
+    return existed
 
 
 def _unheld_temp(dir_fd: int, name: str, *, remove: bool) -> bool:

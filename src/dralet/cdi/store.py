@@ -75,8 +75,11 @@ class SpecStore:
         self.kind = kind
         self._prefix = f"{vendor}-{cdi_class}_"
 
+    def file_name(self, claim_uid: str) -> str:
+        return f"{self._prefix}{claim_uid.replace('/', '_')}.json"
+
     def path_for(self, claim_uid: str) -> Path:
-        return self.cdi_dir / f"{self._prefix}{claim_uid.replace('/', '_')}.json"
+        return self.cdi_dir / self.file_name(claim_uid)
 
     def ensure_dir(self) -> None:
         # The CDI dir is read by the runtime, which may run as another user: 0755 like the
@@ -86,18 +89,21 @@ class SpecStore:
     def write(self, claim_uid: str, document: dict[str, Any]) -> Path:
         """Write a claim's spec document atomically; it is parsed back first, strictly."""
         self.ensure_dir()
-        return self._write(claim_uid, document, sync_dir=True).path
+        with fsutil.Directory(self.cdi_dir) as directory:
+            written = self._write(directory, claim_uid, document)
+            directory.fsync()
+        failpoints.hit(f"{FAILPOINT_WRITE}.after-dir-fsync")
+        return written.path
 
-    def _write(self, claim_uid: str, document: dict[str, Any], *, sync_dir: bool) -> WrittenSpec:
+    def _write(
+        self, directory: fsutil.Directory, claim_uid: str, document: dict[str, Any]
+    ) -> WrittenSpec:
         spec.from_json(document)
-        path = self.path_for(claim_uid)
+        name = self.file_name(claim_uid)
         # Compact: runtimes parse it, nobody edits it (``jq`` shows it readably).
         data = json.dumps(document, separators=(",", ":"), sort_keys=True).encode() + b"\n"
-        fsutil.atomic_write(path, data, mode=0o644, failpoint=FAILPOINT_WRITE, sync_dir=sync_dir)
-        stamp = _stamp(os.lstat(path))
-        if stamp is None:  # replaced by something else at once: not ours to vouch for
-            raise fsutil.UnsafeFileError(path, "is not the regular file just written")
-        return WrittenSpec(path, stamp)
+        info = directory.replace(name, data, mode=0o644, failpoint=FAILPOINT_WRITE)
+        return WrittenSpec(self.cdi_dir / name, (info.st_ino, info.st_size, info.st_mtime_ns))
 
     def remove(self, claim_uid: str) -> bool:
         """Unlink a claim's spec; True if it existed. A missing file is success."""
@@ -110,31 +116,34 @@ class SpecStore:
         them durable with ONE fsync of the directory. A result per change: the written
         spec, whether a removed file existed, or the error of that change alone. A failed
         directory fsync is every change's error: none of them is known durable."""
-        results: list[WrittenSpec | bool | BaseException] = []
-        if any(document is not None for _, document in changes):
-            try:
+        writes = any(document is not None for _, document in changes)
+        try:
+            if writes:
                 self.ensure_dir()
-            except OSError as exc:
-                return [exc] * len(changes)
-        for uid, document in changes:
-            try:
-                if document is None:
-                    path = self.path_for(uid)
-                    results.append(
-                        fsutil.remove_file(path, failpoint=FAILPOINT_REMOVE, sync_dir=False)
-                    )
-                else:
-                    results.append(self._write(uid, document, sync_dir=False))
-            except Exception as exc:  # noqa: BLE001 - this change's own error
-                results.append(exc)
-        # Only a rename or an unlink needs the directory made durable.
-        if any(r is True or isinstance(r, WrittenSpec) for r in results):
-            try:
-                fsutil.fsync_dir(self.cdi_dir)
-            except OSError as exc:
-                return [exc] * len(results)
-            if any(d is not None for _, d in changes):
-                failpoints.hit(f"{FAILPOINT_WRITE}.after-dir-fsync")
+            directory = fsutil.Directory(self.cdi_dir)
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError) and not writes:
+                return [False] * len(changes)  # no CDI dir: no spec to remove
+            return [exc] * len(changes)
+        results: list[WrittenSpec | bool | BaseException] = []
+        with directory:
+            for uid, document in changes:
+                try:
+                    if document is None:
+                        name = self.file_name(uid)
+                        results.append(directory.remove(name, failpoint=FAILPOINT_REMOVE))
+                    else:
+                        results.append(self._write(directory, uid, document))
+                except Exception as exc:  # noqa: BLE001 - this change's own error
+                    results.append(exc)
+            # Only a rename or an unlink needs the directory made durable.
+            if any(r is True or isinstance(r, WrittenSpec) for r in results):
+                try:
+                    directory.fsync()
+                except OSError as exc:
+                    return [exc] * len(results)
+                if writes:
+                    failpoints.hit(f"{FAILPOINT_WRITE}.after-dir-fsync")
         return results
 
     def exists(self, claim_uid: str) -> bool:
