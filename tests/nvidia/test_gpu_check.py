@@ -54,3 +54,5 @@ def test_gpu_check_lists_mig_and_passes_conformance(tmp_path: Path) -> None:
     assert '"name": "gpu-0-mig"' in out
     assert "a claim on gpu-1 gets the device nodes ['/dev/nvidia1'" in out
     assert "the driver under dralet conformance" in out
+    assert "health of 32 devices: {'healthy': 32}" in out
+    assert "XID watch: waiting on NVML events" in out

@@ -80,6 +80,12 @@ class XidWatch:
         if thread is not None:
             thread.join(timeout=2 * self.wait_ms / 1000)
 
+    @property
+    def watching(self) -> bool:
+        """Whether the thread is waiting on NVML's events now."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
     def faults(self) -> dict[str, str]:
         """GPU UUID → why it is broken, for every GPU an XID broke."""
         with self._lock:
