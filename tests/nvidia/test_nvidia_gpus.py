@@ -314,6 +314,9 @@ def test_a_prepared_gpu_gets_the_drivers_libraries_from_the_host_root(tmp_path: 
         "/usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.550.54.15": (
             f"{lib}/libnvidia-ptxjitcompiler.so.550.54.15"
         ),
+        "/usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.1": (
+            f"{lib}/libnvidia-ptxjitcompiler.so.550.54.15"
+        ),
         "/usr/local/nvidia/bin/nvidia-smi": "/run/nvidia/driver/usr/bin/nvidia-smi",
     }
     assert all("ro" in m.options for m in prepared.edits.mounts)

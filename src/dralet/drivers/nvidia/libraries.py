@@ -4,9 +4,9 @@ mounted read-only into containers that get a GPU.
 The libraries a CUDA program needs from the node's driver (``libcuda``, ``libnvidia-ml``
 and the compiler and loader helpers the CUDA runtime opens) are found in the driver
 root's library directories, under the driver's version (``libcuda.so.550.54.15``), and
-mounted at ``/usr/local/nvidia/lib64`` under that name and their soname
-(``libcuda.so.1``): the directory NVIDIA's CUDA images already have on their
-``LD_LIBRARY_PATH``. ``nvidia-smi`` goes to ``/usr/local/nvidia/bin``.
+mounted at ``/usr/local/nvidia/lib64`` under that name and their soname, read from the
+file (``libcuda.so.1``, ``libnvidia-nvvm.so.4``): the directory NVIDIA's CUDA images
+already have on their ``LD_LIBRARY_PATH``. ``nvidia-smi`` goes to ``/usr/local/nvidia/bin``.
 
 ``driver_root`` is where this process sees the driver's files; ``host_driver_root`` is
 where the container runtime sees the same files (they differ when the driver runs in a
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dralet
+from dralet.drivers.nvidia import elf
 
 __all__ = [
     "COMPUTE_LIBRARIES",
@@ -56,9 +57,19 @@ LIBRARY_DIRS = (
     "lib/aarch64-linux-gnu",
 )
 BIN_DIRS = ("usr/bin", "bin")
-_SONAME_VERSION = {"libnvidia-ml.so": "1", "libcuda.so": "1", "libnvidia-opencl.so": "1"}
-"""Sonames that are not ``<name>.1`` are ``<name>.<driver version>`` (the driver's own
-helpers); these are the ``.1`` ones."""
+_SONAME_VERSION = {
+    "libcuda.so": "1",
+    "libcudadebugger.so": "1",
+    "libnvidia-ml.so": "1",
+    "libnvidia-ptxjitcompiler.so": "1",
+    "libnvidia-nvvm.so": "4",
+    "libnvidia-allocator.so": "1",
+    "libnvidia-cfg.so": "1",
+    "libnvidia-opencl.so": "1",
+}
+"""The sonames' suffixes, as the driver's own files name them (``DT_SONAME``, read on
+driver 580.159.04); only used for a file whose soname cannot be read. The others
+(``libnvidia-gpucomp.so``) are ``<name>.<driver version>``."""
 _READ_ONLY = ("ro", "nosuid", "nodev", "bind")
 
 
@@ -72,9 +83,13 @@ class DriverFiles:
     """Compute libraries not found (``libnvidia-ml.so`` missing means a broken root)."""
 
 
-def _soname(library: str, version: str) -> str:
-    suffix = _SONAME_VERSION.get(library, version)
-    return f"{library}.{suffix}"
+def _soname(found: Path, library: str, version: str) -> str:
+    """The name ``found`` is loaded by: its own ``DT_SONAME`` (what the loader and
+    ``libcuda``'s ``dlopen`` calls ask for), else the known one."""
+    name = elf.soname(found)
+    if name is not None and name.startswith(f"{library}."):
+        return name
+    return f"{library}.{_SONAME_VERSION.get(library, version)}"
 
 
 def find(driver_root: Path, host_driver_root: Path, version: str) -> DriverFiles:
@@ -90,7 +105,7 @@ def find(driver_root: Path, host_driver_root: Path, version: str) -> DriverFiles
         if found is None:
             missing.append(library)
             continue
-        for name in dict.fromkeys((found.name, _soname(library, version))):
+        for name in dict.fromkeys((found.name, _soname(found, library, version))):
             mounts.append(
                 dralet.Mount(
                     host_path=host(found),
