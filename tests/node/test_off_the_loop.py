@@ -50,3 +50,52 @@ async def test_prepare_and_unprepare_do_no_durable_io_on_the_loop(
             assert (await node.unprepare(claim)).kubelet_error == ""
         seen = list(on_loop_thread)
     assert seen == []
+
+
+async def test_a_large_calls_file_checks_run_in_one_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each claim's spec and metadata files are looked up before it is planned; for a
+    call of many claims the lookups run together off the loop, where an ``lstat`` would
+    hand the GIL to the spec writer and wait to get it back."""
+    claims = MemoryClaims()
+    batch = [claims.add(allocated_claim(f"c{i}", devices=[("gpu", f"gpu-{i}")])) for i in range(64)]
+    loop_thread = threading.get_ident()
+    looked_up: list[bool] = []
+    real = os.lstat
+
+    def lstat(*args: Any, **kwargs: Any) -> Any:
+        if "_" in os.fspath(args[0]).rsplit("/", 1)[-1]:  # a spec file of a claim
+            looked_up.append(threading.get_ident() == loop_thread)
+        return real(*args, **kwargs)
+
+    async with running_node(node_settings(tmp_path), MemoryDevices(64), claims=claims) as node:
+        monkeypatch.setattr(os, "lstat", lstat)
+        assert (await node.prepare(*batch)).kubelet_error == ""
+        assert (await node.unprepare(*batch)).kubelet_error == ""
+        monkeypatch.undo()
+    assert len(looked_up) >= 128  # every claim, at prepare and at unprepare
+    # A turn with only a few claims to observe (the first) checks them inline.
+    assert sum(looked_up) <= 8, f"{sum(looked_up)} of {len(looked_up)} lookups on the loop"
+
+
+async def test_a_claim_whose_files_cannot_be_checked_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claims = MemoryClaims()
+    batch = [claims.add(allocated_claim(f"c{i}", devices=[("gpu", f"gpu-{i}")])) for i in range(32)]
+    broken = batch[7]["metadata"]["uid"]
+    real = os.lstat
+
+    def lstat(*args: Any, **kwargs: Any) -> Any:
+        if broken in os.fspath(args[0]):
+            raise PermissionError(13, "Permission denied", os.fspath(args[0]))
+        return real(*args, **kwargs)
+
+    async with running_node(node_settings(tmp_path), MemoryDevices(32), claims=claims) as node:
+        monkeypatch.setattr(os, "lstat", lstat)
+        result = await node.prepare(*batch)
+        monkeypatch.undo()
+    failed = {uid: claim.error for uid, claim in result.claims.items() if claim.error}
+    assert list(failed) == [broken]
+    assert "Permission denied" in failed[broken]
