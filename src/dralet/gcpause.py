@@ -6,7 +6,9 @@ alive together. Each allocation burst triggers collections that scan every objec
 alive, so the collector's share grows with the number of claims: with 10,000 records
 it doubled the time recovery took (``benchmarks/bench_recovery.py``). Nothing those
 paths make is cyclic, so reference counting alone frees all of it; pausing the collector
-for their duration loses nothing.
+for their duration loses nothing. A NodePrepareResources or NodeUnprepareResources call
+of many claims pauses it too: the cycles its tasks and futures leave are collected once
+the call is answered.
 
 The pause is process-wide and nests across threads and tasks: the collector is enabled
 again when the last pause ends, and only if it was enabled when the first one began.

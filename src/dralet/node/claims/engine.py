@@ -16,12 +16,13 @@ the same ``plan`` functions and execute through the same ``Steps`` (``settle``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dralet import errors, logs
+from dralet import errors, gcpause, logs
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord, DeviceRecord
@@ -65,6 +66,9 @@ class _Call:
     outcomes: dict[str, PrepareOutcome] = field(default_factory=dict)
 
 
+GC_PAUSE_CLAIMS = 32
+"""A call of this many claims runs with the cyclic collector paused (``dralet.gcpause``):
+its full collections would scan every object the process holds several times over."""
 INLINE_CHECKS = 8
 """Claims observed in one turn whose files are checked on the event loop; more go to a
 worker thread together."""
@@ -268,10 +272,12 @@ class ClaimEngine:
             self.work.spawn(f"{call.operation}-worker", self._worker(call, queue, one))
             for _ in range(min(len(queue), self.settings.max_parallel_claims))
         ]
+        bulk = gcpause.paused() if len(call.refs) >= GC_PAUSE_CLAIMS else contextlib.nullcontext()
         try:
-            if workers:
-                remaining = max(0.0, call.deadline - time.monotonic())
-                await asyncio.wait(workers, timeout=remaining)  # never cancels them
+            with bulk:
+                if workers:
+                    remaining = max(0.0, call.deadline - time.monotonic())
+                    await asyncio.wait(workers, timeout=remaining)  # never cancels them
         finally:
             queue.clear()  # whatever was not started stays unstarted
         for worker in workers:
