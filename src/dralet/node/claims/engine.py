@@ -76,14 +76,6 @@ worker thread together."""
 _Check = tuple[str, ClaimRecord | None, "asyncio.Future[bool]"]
 
 
-def _outcome(
-    done: asyncio.Future[list[bool | BaseException]],
-) -> BaseException | Sequence[bool | BaseException]:
-    if done.cancelled():
-        return asyncio.CancelledError()
-    return done.exception() or done.result()
-
-
 def _settle_checks(
     pending: Sequence[_Check], answers: BaseException | Sequence[bool | BaseException]
 ) -> None:
@@ -178,7 +170,8 @@ class ClaimEngine:
 
         A record that fails its checksum makes this claim alone fail closed; a store
         that cannot be read at all makes the whole node fail closed. Claims observed in
-        the same turn of the event loop are read in one query.
+        the same turn of the event loop are read in one query, and their files looked up
+        together.
         """
         record = None
         fail_closed = self.mode.fail_closed
@@ -188,10 +181,7 @@ class ClaimEngine:
             except errors.CheckpointCorruptError as exc:
                 self.enter_fail_closed(exc)
                 fail_closed = self.mode.fail_closed
-        present = await self._artifacts_now(uid, record)
-        return ClaimView(
-            uid, record, spec_present=present, boot_id=self.store.boot_id, fail_closed=fail_closed
-        )
+        return self._view(uid, record, fail_closed, await self._artifacts_now(uid, record))
 
     async def _artifacts_now(self, uid: str, record: ClaimRecord | None) -> bool:
         """``artifacts_present``, checked with the other claims observed in the same turn:
@@ -210,8 +200,15 @@ class ClaimEngine:
         if len(pending) <= INLINE_CHECKS:
             _settle_checks(pending, self._check_all(pending))
             return
-        task = asyncio.ensure_future(asyncio.to_thread(self._check_all, pending))
-        task.add_done_callback(lambda done: _settle_checks(pending, _outcome(done)))
+        self.work.spawn("file-checks", self._check_in_thread(pending))
+
+    async def _check_in_thread(self, pending: Sequence[_Check]) -> None:
+        try:
+            answers = await asyncio.to_thread(self._check_all, pending)
+        except BaseException as exc:  # cancelled, or no thread to run it: every claim gets it
+            _settle_checks(pending, exc)
+            raise
+        _settle_checks(pending, answers)
 
     def _check_all(self, pending: Sequence[_Check]) -> list[bool | BaseException]:
         answers: list[bool | BaseException] = []
@@ -233,14 +230,17 @@ class ClaimEngine:
         views = []
         for uid in uids:
             record, fail_closed = found.get(uid, (None, self.mode.fail_closed))
-            views.append(self._view(uid, record, fail_closed))
+            present = self.steps.artifacts_present(record, uid)
+            views.append(self._view(uid, record, fail_closed, present))
         return views
 
-    def _view(self, uid: str, record: ClaimRecord | None, fail_closed: str) -> ClaimView:
+    def _view(
+        self, uid: str, record: ClaimRecord | None, fail_closed: str, spec_present: bool
+    ) -> ClaimView:
         return ClaimView(
             uid,
             record,
-            spec_present=self.steps.artifacts_present(record, uid),
+            spec_present=spec_present,
             boot_id=self.store.boot_id,
             fail_closed=fail_closed,
         )
