@@ -176,9 +176,14 @@ class Floor:
     specs: list[float] = field(default_factory=list)
     rpcs: list[float] = field(default_factory=list)
 
+    def medians(self) -> tuple[float, float, float]:
+        """The median commit, spec write and removal, and round trip."""
+        commit, spec, rpc = (statistics.median(x) for x in (self.commits, self.specs, self.rpcs))
+        return commit, spec, rpc
+
     def total(self) -> float:
         """5 commits + one spec write and removal + 2 round trips."""
-        commit, spec, rpc = (statistics.median(x) for x in (self.commits, self.specs, self.rpcs))
+        commit, spec, rpc = self.medians()
         return 5 * commit + spec + 2 * rpc
 
 
@@ -371,9 +376,7 @@ async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]
     per_claim = batch_prepare / BATCH
     p50_one = statistics.median(one_claim)
     floor = floor_parts.total()
-    commit, spec, rpc = (
-        statistics.median(x) for x in (floor_parts.commits, floor_parts.specs, floor_parts.rpcs)
-    )
+    commit, spec, rpc = floor_parts.medians()
     p99 = percentile(hammer.latencies, 0.99)
     rows += [
         ("lifecycle p50, 1,000 recorded / none",

@@ -60,10 +60,12 @@ class WrittenSpec:
     stamp: SpecStamp
 
 
-def _stamp(info: os.stat_result) -> SpecStamp | None:
-    if not stat.S_ISREG(info.st_mode):
-        return None
+def _stamp(info: os.stat_result) -> SpecStamp:
     return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _regular_stamp(info: os.stat_result) -> SpecStamp | None:
+    return _stamp(info) if stat.S_ISREG(info.st_mode) else None
 
 
 class SpecStore:
@@ -88,11 +90,10 @@ class SpecStore:
 
     def write(self, claim_uid: str, document: dict[str, Any]) -> Path:
         """Write a claim's spec document atomically; it is parsed back first, strictly."""
-        self.ensure_dir()
-        with fsutil.Directory(self.cdi_dir) as directory:
-            written = self._write(directory, claim_uid, document)
-            directory.fsync()
-        failpoints.hit(f"{FAILPOINT_WRITE}.after-dir-fsync")
+        (written,) = self.apply([(claim_uid, document)])
+        if isinstance(written, BaseException):
+            raise written
+        assert isinstance(written, WrittenSpec)
         return written.path
 
     def _write(
@@ -103,7 +104,7 @@ class SpecStore:
         # Compact: runtimes parse it, nobody edits it (``jq`` shows it readably).
         data = json.dumps(document, separators=(",", ":"), sort_keys=True).encode() + b"\n"
         info = directory.replace(name, data, mode=0o644, failpoint=FAILPOINT_WRITE)
-        return WrittenSpec(self.cdi_dir / name, (info.st_ino, info.st_size, info.st_mtime_ns))
+        return WrittenSpec(self.cdi_dir / name, _stamp(info))
 
     def remove(self, claim_uid: str) -> bool:
         """Unlink a claim's spec; True if it existed. A missing file is success."""
@@ -175,7 +176,7 @@ class SpecStore:
                 stamp = None
                 if stamps:
                     try:
-                        stamp = _stamp(entry.stat(follow_symlinks=False))
+                        stamp = _regular_stamp(entry.stat(follow_symlinks=False))
                     except FileNotFoundError:
                         continue
                 found.append(SpecFile(uid, Path(entry.path), stamp))

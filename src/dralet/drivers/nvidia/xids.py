@@ -65,7 +65,7 @@ class XidWatch:
         failed watch only after a while)."""
         with self._lock:
             self._asked_at = time.monotonic()
-            if self._thread is not None and self._thread.is_alive():
+            if self.watching:
                 return
             failed = self._failed_at
             if failed is not None and time.monotonic() - failed < _RETRY_SECONDS:
