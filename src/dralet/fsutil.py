@@ -117,15 +117,17 @@ def _create_temp(dir_fd: int, directory: Path, name: str, mode: int) -> tuple[in
     for _ in range(_TEMP_ATTEMPTS):
         tmp = f".{name}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
         try:
-            fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+            fd = os.open(tmp, flags, mode, dir_fd=dir_fd)  # the umask may take bits away
         except FileExistsError:
             continue  # planted, or a one-in-2**64 collision: take another name
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             # A sweep may have locked and unlinked it between our create and our flock.
-            if os.fstat(fd).st_nlink == 0:
+            created = os.fstat(fd)
+            if created.st_nlink == 0:
                 raise BlockingIOError(errno.EWOULDBLOCK, "temp file swept")
-            os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
+            if stat.S_IMODE(created.st_mode) != mode:
+                os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
         except BlockingIOError:
             os.close(fd)
             continue
@@ -545,22 +547,30 @@ class KeyedLocks:
     @contextlib.asynccontextmanager
     async def acquire(self, key: str, *, max_interval: float = 0.1) -> AsyncIterator[None]:
         """Hold ``key``'s lock; waits (polling, cancellable) while another holder has it."""
+        await self.lock(key, max_interval=max_interval)
+        try:
+            yield
+        finally:
+            self.unlock(key)
+
+    async def lock(self, key: str, *, max_interval: float = 0.1) -> None:
+        """Take ``key``'s lock (``acquire`` without the context manager)."""
         fd = self._descriptor()
         start = self.offset(key)
         interval = self.poll_interval
         while True:
             try:
                 self._set(fd, fcntl.F_WRLCK, start)
-                break
+                return
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise
             await asyncio.sleep(interval)
             interval = min(interval * 2, max_interval)
-        try:
-            yield
-        finally:
-            self._set(fd, fcntl.F_UNLCK, start)
+
+    def unlock(self, key: str) -> None:
+        """Give back ``key``'s lock taken with ``lock``."""
+        self._set(self._descriptor(), fcntl.F_UNLCK, self.offset(key))
 
     def close(self) -> None:
         """Drop every lock held through this object (a process that goes away)."""

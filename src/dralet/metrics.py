@@ -83,6 +83,20 @@ class DriverMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
+        self._operation_children: dict[tuple[str, str], tuple[Histogram, Counter]] = {}
+
+    def operation_done(self, operation: str, result: str, seconds: float) -> None:
+        """One claim's prepare or unprepare ended with ``result`` after ``seconds`` (the
+        labelled children are looked up once, not per claim)."""
+        children = self._operation_children.get((operation, result))
+        if children is None:
+            children = (
+                self.operation_seconds.labels(operation, result),
+                self.operations.labels(operation, result),
+            )
+            self._operation_children[(operation, result)] = children
+        children[0].observe(seconds)
+        children[1].inc()
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

@@ -65,9 +65,12 @@ async def test_a_freed_slot_goes_to_the_next_call_in_turn() -> None:
     gate = asyncio.Event()
 
     async def claim(call: str, n: int) -> None:
-        async with slots.slot(call):
+        await slots.acquire(call)
+        try:
             order.append(f"{call}{n}")
             await gate.wait()
+        finally:
+            slots.release()
 
     tasks = [asyncio.create_task(claim("big", n)) for n in range(4)]
     await asyncio.sleep(0)

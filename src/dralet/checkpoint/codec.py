@@ -76,8 +76,11 @@ def _mapping(value: Any, what: str) -> Mapping[str, Any]:
     return value
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def checksum(data: str) -> str:

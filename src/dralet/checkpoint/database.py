@@ -387,8 +387,10 @@ class RecordDatabase:
             with _transaction(conn):
                 self._free(conn, [op for _, op in freeing])
                 self._store(conn, [op.record for op in keeping])
-                for index, op in checked:
-                    results[index] = self._checked(conn, op)
+                for (index, _), result in zip(
+                    checked, self._grant(conn, [op for _, op in checked]), strict=True
+                ):
+                    results[index] = result
                 failpoints.hit(FP_COMMIT_BEFORE)
         except sqlite3.DatabaseError as exc:
             raise self._failure(exc) from exc
@@ -422,20 +424,36 @@ class RecordDatabase:
             [(*key, r.uid) for r in records for key in _holds(r)],
         )
 
-    def _checked(self, conn: sqlite3.Connection, op: Intent) -> BaseException | None:
-        """An intent: its devices must be free."""
-        record = op.record
-        for pool, device, share_id in _holds(record):
-            row = conn.execute(
-                "SELECT uid FROM holds WHERE pool = ? AND device = ? AND share_id = ?",
-                (pool, device, share_id),
-            ).fetchone()
-            if row is not None and row[0] != record.uid:
-                return errors.DeviceBusyError(
-                    record.uid, device=f"{pool}/{device}", holder_uid=str(row[0])
-                )
-        self._store(conn, [record])
-        return None
+    def _grant(
+        self, conn: sqlite3.Connection, intents: Sequence[Intent]
+    ) -> list[BaseException | None]:
+        """Intents, in order: each is stored if no other claim holds one of its devices,
+        as stored or as granted earlier in this batch; else it is refused."""
+        granted: dict[tuple[str, str, str], str] = {}
+        stored: list[ClaimRecord] = []
+        results: list[BaseException | None] = []
+        for op in intents:
+            record = op.record
+            busy: BaseException | None = None
+            for key in _holds(record):
+                holder = granted.get(key)
+                if holder is None:
+                    row = conn.execute(
+                        "SELECT uid FROM holds WHERE pool = ? AND device = ? AND share_id = ?",
+                        key,
+                    ).fetchone()
+                    holder = None if row is None else str(row[0])
+                if holder is not None and holder != record.uid:
+                    busy = errors.DeviceBusyError(
+                        record.uid, device=f"{key[0]}/{key[1]}", holder_uid=holder
+                    )
+                    break
+            results.append(busy)
+            if busy is None:
+                granted.update((key, record.uid) for key in _holds(record))
+                stored.append(record)
+        self._store(conn, stored)
+        return results
 
     # ------------------------------------------------------------------ unusable store
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["Checkpoint", "ClaimRecord", "ClaimState", "DeviceRecord"]
+__all__ = ["Checkpoint", "ClaimRecord", "ClaimState", "DeviceRecord", "evolve"]
 
 CONFIG_KEY = "config"
 """``backend_state`` key of the opaque parameters that apply to the device, as records
@@ -23,6 +23,22 @@ CONFIGS_KEY = "configs"
 (``order``: its place among all of the claim's configs for this driver)."""
 PREPARED_STATE_KEY = "preparedState"
 """``backend_state`` key of what ``backend.prepare`` returned; present once it returned."""
+
+
+_Value = TypeVar("_Value", "ClaimRecord", "DeviceRecord")
+
+
+def evolve(value: _Value, **changes: Any) -> _Value:
+    """``dataclasses.replace`` for the record types (which have no ``__post_init__`` and
+    no ``InitVar``): a copy with ``changes``, made without calling ``__init__``. A claim
+    moves through several copies per step, and ``replace``'s work per field showed in
+    profiles of 1,000-claim calls."""
+    unknown = changes.keys() - value.__dataclass_fields__.keys()
+    if unknown:
+        raise TypeError(f"{type(value).__name__} has no field {sorted(unknown)[0]!r}")
+    copy = object.__new__(type(value))
+    copy.__dict__.update(value.__dict__, **changes)
+    return copy
 
 
 class ClaimState(enum.StrEnum):
@@ -94,7 +110,7 @@ class DeviceRecord:
         kept = {
             k: self.backend_state[k] for k in (CONFIG_KEY, CONFIGS_KEY) if k in self.backend_state
         }
-        return replace(self, backend_state={**kept, PREPARED_STATE_KEY: dict(state)})
+        return evolve(self, backend_state={**kept, PREPARED_STATE_KEY: dict(state)})
 
 
 @dataclass(frozen=True)
@@ -115,7 +131,7 @@ class ClaimRecord:
     updated_at: str = ""
 
     def with_state(self, state: ClaimState, **changes: Any) -> ClaimRecord:
-        return replace(self, state=state, **changes)
+        return evolve(self, state=state, **changes)
 
     @property
     def holds_devices(self) -> bool:

@@ -300,10 +300,13 @@ class ClaimEngine:
     ) -> None:
         while queue:
             ref = queue.pop()
-            async with self._slots.slot(call):
+            await self._slots.acquire(call)
+            try:
                 if time.monotonic() >= call.deadline:
                     return
                 call.outcomes[ref.uid] = await self._timed(call.operation, ref, call.deadline, one)
+            finally:
+                self._slots.release()
             # A claim may finish without ever waiting (nothing to do, answered from the
             # record): give other calls' workers their turn between claims.
             await asyncio.sleep(0)
@@ -350,9 +353,7 @@ class ClaimEngine:
             log.exception("%s failed unexpectedly", operation, extra={"claim_uid": ref.uid})
             return PrepareOutcome(error=f"{operation} failed: {type(exc).__name__}: {exc}")
         finally:
-            elapsed = time.perf_counter() - started
-            self.metrics.operation_seconds.labels(operation, result).observe(elapsed)
-            self.metrics.operations.labels(operation, result).inc()
+            self.metrics.operation_done(operation, result, time.perf_counter() - started)
 
     async def _prepare_claim(self, ref: ClaimRef, deadline: float) -> PrepareOutcome:
         """One claim's prepare; a ``TemporaryError`` is retried after its delay while the

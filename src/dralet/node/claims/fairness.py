@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import AsyncIterator
 
 __all__ = ["FairSlots"]
 
@@ -22,15 +21,8 @@ class FairSlots:
         self._waiting: dict[object, collections.deque[asyncio.Future[None]]] = {}
         self._turns: collections.deque[object] = collections.deque()
 
-    @contextlib.asynccontextmanager
-    async def slot(self, call: object) -> AsyncIterator[None]:
-        await self._acquire(call)
-        try:
-            yield
-        finally:
-            self._release()
-
-    async def _acquire(self, call: object) -> None:
+    async def acquire(self, call: object) -> None:
+        """Take a slot for one of ``call``'s claims; hand it back with ``release``."""
         if self._free > 0 and not self._turns:
             self._free -= 1
             return
@@ -44,7 +36,7 @@ class FairSlots:
             await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
-                self._release()  # handed a slot just as it was cancelled: pass it on
+                self.release()  # handed a slot just as it was cancelled: pass it on
             else:
                 queue.remove(future)
                 if not queue:
@@ -56,7 +48,7 @@ class FairSlots:
         with contextlib.suppress(ValueError):
             self._turns.remove(call)
 
-    def _release(self) -> None:
+    def release(self) -> None:
         while self._turns:
             call = self._turns.popleft()
             queue = self._waiting[call]

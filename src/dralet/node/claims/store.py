@@ -16,12 +16,11 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
 
 from dralet import fsutil
 from dralet.checkpoint import database
 from dralet.checkpoint.database import Drop, Intent, Op, Put, Snapshot
-from dralet.checkpoint.model import ClaimRecord, ClaimState
+from dralet.checkpoint.model import ClaimRecord, ClaimState, evolve
 from dralet.metrics import DriverMetrics
 from dralet.node.batches import BatchThread
 from dralet.node.settings import DriverSettings
@@ -120,9 +119,10 @@ class RecordStore:
         self.metrics.store_commits.inc()
         self.metrics.store_commit_seconds.observe(time.perf_counter() - started)
         split: list[list[BaseException | None] | BaseException] = []
+        start = 0
         for ops in batch:
-            split.append(results[: len(ops)])
-            results = results[len(ops) :]
+            split.append(results[start : start + len(ops)])
+            start += len(ops)
         return split
 
     async def commit(self, ops: Sequence[Op]) -> list[BaseException | None]:
@@ -135,7 +135,8 @@ class RecordStore:
             raise result
 
     async def put(self, record: ClaimRecord) -> ClaimRecord:
-        record = replace(record, updated_at=now_stamp())
+        """Store ``record``; the record as stored."""
+        record = evolve(record, updated_at=now_stamp())
         await self._one(Put(record))
         return record
 
@@ -220,16 +221,58 @@ class RecordStore:
                 await held.enter_async_context(self.claim_lock(uid))
             yield
 
-    @contextlib.asynccontextmanager
-    async def claim_lock(self, uid: str) -> AsyncIterator[None]:
-        lock = self._claim_locks.setdefault(uid, asyncio.Lock())
+    def claim_lock(self, uid: str) -> ClaimLock:
+        """``async with``: all work on the claim, serialised in-process and with every
+        other driver instance on the node."""
+        return ClaimLock(self, uid)
+
+    async def lock_claim(self, uid: str) -> asyncio.Lock:
+        """Take the claim's locks (``claim_lock`` uses it); the in-process one taken."""
+        lock = self._claim_locks.get(uid)
+        if lock is None:
+            lock = self._claim_locks[uid] = asyncio.Lock()
         try:
-            async with lock:
+            await lock.acquire()
+            try:
                 if not self._dir_ready:
                     fsutil.ensure_private_dir(self.settings.plugin_dir)
                     self._dir_ready = True
-                async with self._node_locks.acquire(uid):
-                    yield
+                await self._node_locks.lock(uid)
+            except BaseException:
+                lock.release()
+                raise
+        except BaseException:
+            self._forget_lock(uid, lock)
+            raise
+        return lock
+
+    def unlock_claim(self, uid: str, lock: asyncio.Lock) -> None:
+        try:
+            self._node_locks.unlock(uid)
         finally:
-            if not lock.locked() and self._claim_locks.get(uid) is lock:
-                del self._claim_locks[uid]
+            lock.release()
+            self._forget_lock(uid, lock)
+
+    def _forget_lock(self, uid: str, lock: asyncio.Lock) -> None:
+        if not lock.locked() and self._claim_locks.get(uid) is lock:
+            del self._claim_locks[uid]
+
+
+class ClaimLock:
+    """``RecordStore.claim_lock``: a class rather than a generator-based context
+    manager, as every claim of a 1,000-claim call takes one."""
+
+    __slots__ = ("_lock", "_store", "_uid")
+
+    def __init__(self, store: RecordStore, uid: str) -> None:
+        self._store = store
+        self._uid = uid
+        self._lock: asyncio.Lock | None = None
+
+    async def __aenter__(self) -> None:
+        self._lock = await self._store.lock_claim(self._uid)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._lock is not None
+        lock, self._lock = self._lock, None
+        self._store.unlock_claim(self._uid, lock)
