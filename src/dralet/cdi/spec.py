@@ -9,7 +9,7 @@ unknown fields the way the CDI library does.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -274,23 +274,28 @@ def to_document(spec: Spec) -> dict[str, Any]:
     return document
 
 
-def _take(obj: Mapping[str, Any], allowed: Iterable[str], where: str) -> Mapping[str, Any]:
+_SPEC_FIELDS = frozenset(("cdiVersion", "kind", "annotations", "devices", "containerEdits"))
+_DEVICE_FIELDS = frozenset(("name", "annotations", "containerEdits"))
+_EDITS_FIELDS = frozenset(("env", "deviceNodes", "mounts", "hooks", "additionalGids"))
+_NODE_FIELDS = frozenset(
+    ("path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid")
+)
+_MOUNT_FIELDS = frozenset(("hostPath", "containerPath", "options", "type"))
+_HOOK_FIELDS = frozenset(("hookName", "path", "args", "env", "timeout"))
+
+
+def _take(obj: Mapping[str, Any], allowed: frozenset[str], where: str) -> Mapping[str, Any]:
     if not isinstance(obj, Mapping):
         raise CDISpecError(f"{where}: expected an object")
-    unknown = set(obj) - set(allowed)
-    if unknown:
-        raise CDISpecError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    if not obj.keys() <= allowed:
+        raise CDISpecError(f"{where}: unknown field {sorted(set(obj) - allowed)[0]!r}")
     return obj
 
 
 def _edits_from(obj: Mapping[str, Any] | None, where: str) -> ContainerEdits:
     if obj is None:
         return ContainerEdits()
-    o = _take(
-        obj,
-        ("env", "deviceNodes", "mounts", "hooks", "additionalGids"),
-        where,
-    )
+    o = _take(obj, _EDITS_FIELDS, where)
     nodes = tuple(
         DeviceNode(
             path=n.get("path", ""),
@@ -304,22 +309,7 @@ def _edits_from(obj: Mapping[str, Any] | None, where: str) -> ContainerEdits:
             gid=n.get("gid"),
         )
         for n in (
-            _take(
-                x,
-                (
-                    "path",
-                    "hostPath",
-                    "type",
-                    "major",
-                    "minor",
-                    "fileMode",
-                    "permissions",
-                    "uid",
-                    "gid",
-                ),
-                f"{where}.deviceNodes",
-            )
-            for x in o.get("deviceNodes") or ()
+            _take(x, _NODE_FIELDS, f"{where}.deviceNodes") for x in o.get("deviceNodes") or ()
         )
     )
     mounts = tuple(
@@ -329,10 +319,7 @@ def _edits_from(obj: Mapping[str, Any] | None, where: str) -> ContainerEdits:
             tuple(m.get("options") or ()),
             m.get("type", ""),
         )
-        for m in (
-            _take(x, ("hostPath", "containerPath", "options", "type"), f"{where}.mounts")
-            for x in o.get("mounts") or ()
-        )
+        for m in (_take(x, _MOUNT_FIELDS, f"{where}.mounts") for x in o.get("mounts") or ())
     )
     hooks = tuple(
         Hook(
@@ -342,10 +329,7 @@ def _edits_from(obj: Mapping[str, Any] | None, where: str) -> ContainerEdits:
             tuple(h.get("env") or ()),
             h.get("timeout"),
         )
-        for h in (
-            _take(x, ("hookName", "path", "args", "env", "timeout"), f"{where}.hooks")
-            for x in o.get("hooks") or ()
-        )
+        for h in (_take(x, _HOOK_FIELDS, f"{where}.hooks") for x in o.get("hooks") or ())
     )
     return ContainerEdits(
         env=tuple(o.get("env") or ()),
@@ -358,9 +342,7 @@ def _edits_from(obj: Mapping[str, Any] | None, where: str) -> ContainerEdits:
 
 def from_json(document: Mapping[str, Any]) -> Spec:
     """Parse a CDI JSON document strictly (unknown fields and bad versions are errors)."""
-    doc = _take(
-        document, ("cdiVersion", "kind", "annotations", "devices", "containerEdits"), "spec"
-    )
+    doc = _take(document, _SPEC_FIELDS, "spec")
     version = str(doc.get("cdiVersion", "")).removeprefix("v")
     if version not in KNOWN_VERSIONS:
         raise CDISpecError(f'invalid version "{version}"')
@@ -373,8 +355,7 @@ def from_json(document: Mapping[str, Any]) -> Spec:
             annotations=dict(d.get("annotations") or {}),
         )
         for i, d in enumerate(
-            _take(x, ("name", "annotations", "containerEdits"), "devices[]")
-            for x in doc.get("devices") or ()
+            _take(x, _DEVICE_FIELDS, "devices[]") for x in doc.get("devices") or ()
         )
     )
     spec = Spec(
