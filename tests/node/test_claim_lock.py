@@ -1,0 +1,77 @@
+"""A claim's lock: one holder at a time in the process and across driver instances, and
+nothing left behind by a holder that finished, failed or was cancelled while waiting."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from dralet.metrics import DriverMetrics
+from dralet.node.claims.store import RecordStore
+from dralet.testing import node_settings
+
+
+def _store(root: Path) -> RecordStore:
+    return RecordStore(node_settings(root), boot_id="boot-1", metrics=DriverMetrics())
+
+
+async def test_one_holder_at_a_time_and_no_lock_left_behind(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    order: list[str] = []
+
+    async def hold(name: str) -> None:
+        async with store.claim_lock("uid-a"):
+            order.append(f"{name} in")
+            await asyncio.sleep(0.01)
+            order.append(f"{name} out")
+
+    await asyncio.gather(hold("first"), hold("second"))
+    assert order == ["first in", "first out", "second in", "second out"]
+    assert store._claim_locks == {}
+    await store.close()
+
+
+async def test_a_waiter_cancelled_leaves_the_lock_to_the_next(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    async with store.claim_lock("uid-a"):
+        waiter = asyncio.create_task(_enter(store, "uid-a"))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+    assert store._claim_locks == {}
+    async with asyncio.timeout(5), store.claim_lock("uid-a"):
+        pass
+    await store.close()
+
+
+async def test_another_instance_waits_for_the_claim(tmp_path: Path) -> None:
+    first, second = _store(tmp_path), _store(tmp_path)  # two drivers on one node
+    async with first.claim_lock("uid-a"):
+        waiter = asyncio.create_task(_enter(second, "uid-a"))
+        async with asyncio.timeout(5), second.claim_lock("uid-b"):
+            pass  # another claim is free meanwhile
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+    await asyncio.wait_for(waiter, 5)
+    await first.close()
+    await second.close()
+
+
+async def test_a_body_that_raises_releases_both_locks(tmp_path: Path) -> None:
+    store, other = _store(tmp_path), _store(tmp_path)
+    with pytest.raises(RuntimeError, match="boom"):
+        async with store.claim_lock("uid-a"):
+            raise RuntimeError("boom")
+    assert store._claim_locks == {}
+    async with asyncio.timeout(5), other.claim_lock("uid-a"):
+        pass
+    await store.close()
+    await other.close()
+
+
+async def _enter(store: RecordStore, uid: str) -> None:
+    async with store.claim_lock(uid):
+        pass
