@@ -5,7 +5,7 @@ the next, and hits a failpoint after it so the crash suite can kill the driver t
 ``prepare_fresh`` is the prepare route; ``teardown`` is every way down (unprepare,
 rollback of a failed or interrupted prepare, stale-claim cleanup, recovery). The
 backend's states for a claim's devices are recorded in one write as soon as
-``backend.prepare_claim`` returns them (while the claim's files are written), and
+``backend.prepare_claim`` returns them (before the claim's files are written), and
 ``release_claim`` gets exactly those states and the same configs back.
 
 Longer than most modules because every durable step of the lifecycle lives here, in
