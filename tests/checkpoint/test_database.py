@@ -106,6 +106,23 @@ def test_a_damaged_row_is_reported_for_that_claim_and_never_read_as_another(
     assert "c" in db.snapshot().corrupt
 
 
+def test_a_read_reuses_the_snapshots_record_only_while_its_row_is_unchanged(
+    tmp_path: Path,
+) -> None:
+    db = open_db(tmp_path)
+    db.apply([Put(record(uid, f"gpu-{uid}")) for uid in ("a", "b", "c", "d")])
+    known = db.snapshot()
+    db.apply([Put(record("b", "gpu-b", state=ClaimState.PREPARE_COMPLETED)), Drop("c")])
+    claimstore.damage_record(db.path, "d")
+    found = db.read_many(["a", "b", "c", "d"], known=known)
+    assert found["a"][0] is known.checkpoint.claims["a"]  # unchanged: not decoded again
+    changed = found["b"][0]
+    assert changed is not None and changed.state is ClaimState.PREPARE_COMPLETED
+    assert found["c"] == (None, "")  # gone since
+    assert found["d"][0] is None and "checksum mismatch" in found["d"][1]
+    assert db.read_many(["a"])["a"][0] is not known.checkpoint.claims["a"]
+
+
 def test_a_file_that_is_no_database_makes_the_store_unusable(tmp_path: Path) -> None:
     db = open_db(tmp_path)
     db.close()

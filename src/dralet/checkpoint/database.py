@@ -97,6 +97,16 @@ def decode_row(uid: str, data: object, checksum: object) -> ClaimRecord:
     return codec.decode_record(uid, data)
 
 
+def _unchanged(uid: str, data: object, checksum: object, known: str | None) -> bool:
+    """Whether a row still holds what was decoded from a row with checksum ``known``."""
+    if known is None or checksum != known or not isinstance(data, str):
+        return False
+    try:
+        return row_checksum(uid, data) == known
+    except UnicodeEncodeError:
+        return False
+
+
 def _decoded(uid: str, data: object, checksum: object) -> tuple[ClaimRecord | None, str]:
     """A row's record, or ``(None, why)`` when it cannot be trusted."""
     try:
@@ -132,6 +142,9 @@ class Snapshot:
     checkpoint: Checkpoint
     corrupt: Mapping[str, str] = field(default_factory=dict)
     """Claim UID → why its row cannot be trusted."""
+    checksums: Mapping[str, str] = field(default_factory=dict)
+    """Claim UID → the checksum of the row its record was decoded from (``read_many``
+    reuses the record while the row still holds exactly that)."""
 
 
 def _holds(record: ClaimRecord) -> Iterator[tuple[str, str, str]]:
@@ -307,20 +320,33 @@ class RecordDatabase:
         """One claim's record, or ``(None, why)`` when its row is corrupt."""
         return self.read_many([uid])[uid]
 
-    def read_many(self, uids: Sequence[str]) -> dict[str, tuple[ClaimRecord | None, str]]:
-        """``read`` of several claims in one query per ``_READ_CHUNK`` of them."""
+    def read_many(
+        self, uids: Sequence[str], *, known: Snapshot | None = None
+    ) -> dict[str, tuple[ClaimRecord | None, str]]:
+        """``read`` of several claims in one query per ``_READ_CHUNK`` of them.
+
+        With ``known`` (a snapshot taken earlier), a row whose data still hashes to the
+        checksum that snapshot decoded its record from gives that record back without
+        decoding it again: the same checksum over the same key is the same data.
+        """
         absent = self._absent()
         if absent is not None:
             return {uid: (absent.checkpoint.claims.get(uid), "") for uid in uids}
         found: dict[str, tuple[ClaimRecord | None, str]] = dict.fromkeys(uids, (None, ""))
         unique = list(found)
+        checksums = known.checksums if known is not None else {}
+        records = known.checkpoint.claims if known is not None else {}
         with gcpause.paused():
             for start in range(0, len(unique), _READ_CHUNK):
                 chunk = unique[start : start + _READ_CHUNK]
                 marks = ",".join("?" * len(chunk))
                 sql = f"SELECT uid, data, checksum FROM claims WHERE uid IN ({marks})"  # noqa: S608 - only placeholders
                 for uid, data, checksum in self._query(sql, chunk):
-                    found[str(uid)] = _decoded(str(uid), data, checksum)
+                    key = str(uid)
+                    if _unchanged(key, data, checksum, checksums.get(key)) and key in records:
+                        found[key] = (records[key], "")
+                    else:
+                        found[key] = _decoded(key, data, checksum)
         return found
 
     def snapshot(self) -> Snapshot:
@@ -329,6 +355,7 @@ class RecordDatabase:
             return absent
         records: dict[str, ClaimRecord] = {}
         corrupt: dict[str, str] = {}
+        checksums: dict[str, str] = {}
         with gcpause.paused():
             for uid, data, checksum in self._query("SELECT uid, data, checksum FROM claims"):
                 record, why = _decoded(str(uid), data, checksum)
@@ -336,11 +363,12 @@ class RecordDatabase:
                     corrupt[str(uid)] = why
                 else:
                     records[str(uid)] = record
+                    checksums[str(uid)] = str(checksum)
         meta = {str(k): str(v) for k, v in self._query("SELECT key, value FROM meta")}
         checkpoint = Checkpoint(
             driver=str(meta.get("driver", "")), boot_id=str(meta.get("boot_id", "")), claims=records
         )
-        return Snapshot(checkpoint, corrupt)
+        return Snapshot(checkpoint, corrupt, checksums)
 
     def count(self, state: str) -> int:
         absent = self._absent()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from dralet import errors, fsutil, gcpause
 from dralet.cdi.store import SpecStamp
+from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import plan, source
@@ -92,7 +93,7 @@ async def _recover(engine: ClaimEngine, *, retry_later: bool) -> RecoveryReport:
     # that same write, and is not taken twice.
     revalidating = {f.subject for f in findings if f.action == plan.Action.REVALIDATE}
     findings = [f for f in findings if not (f.kind == "missing-spec" and f.subject in revalidating)]
-    await _execute(engine, findings, report)
+    await _execute(engine, findings, report, known=records)
     for action, _ in report.actions:
         engine.metrics.recovery_actions.labels(action).inc()
     if report.deferred and retry_later:
@@ -122,7 +123,11 @@ def _defer(engine: ClaimEngine, report: RecoveryReport, subject: str, exc: BaseE
 
 
 async def _execute(
-    engine: ClaimEngine, findings: Sequence[plan.Finding], report: RecoveryReport
+    engine: ClaimEngine,
+    findings: Sequence[plan.Finding],
+    report: RecoveryReport,
+    *,
+    known: Snapshot | None = None,
 ) -> None:
     # Claims are repaired concurrently (each under its own lock, as many at once as
     # claims are prepared), so their durable writes share commits and fsyncs.
@@ -139,7 +144,7 @@ async def _execute(
     findings = [f for f in findings if f.action != plan.Action.REVALIDATE]
     await asyncio.gather(*(one(finding) for finding in findings))
     for start in range(0, len(rebooted), REVALIDATE_CHUNK):
-        await _revalidate(engine, rebooted[start : start + REVALIDATE_CHUNK], report)
+        await _revalidate(engine, rebooted[start : start + REVALIDATE_CHUNK], report, known)
 
 
 async def _run_finding(
@@ -182,7 +187,9 @@ async def _run_finding(
         return await engine.run_step(action, view, reason=finding.message), finding.subject
 
 
-async def _revalidate(engine: ClaimEngine, uids: Sequence[str], report: RecoveryReport) -> None:
+async def _revalidate(
+    engine: ClaimEngine, uids: Sequence[str], report: RecoveryReport, known: Snapshot | None
+) -> None:
     """Claims prepared before a reboot, a chunk at a time under their locks: each one's
     devices asked whether they survived, the specs of those that did rewritten in one
     hand-over to the spec writer, the others rolled back; the revalidated records are
@@ -192,7 +199,7 @@ async def _revalidate(engine: ClaimEngine, uids: Sequence[str], report: Recovery
         # Planned again under the locks: another instance may have moved a claim on.
         records = [
             view.record
-            for view in engine.observe_many(uids)
+            for view in engine.observe_many(uids, known=known)
             if view.record is not None and plan.Action.REVALIDATE in plan.plan_settle(view)
         ]
         survived = await asyncio.gather(

@@ -92,9 +92,12 @@ class RecordStore:
             if not future.done():
                 future.set_result(found[uid])
 
-    def records_now(self, uids: Sequence[str]) -> dict[str, tuple[ClaimRecord | None, str]]:
-        """``record`` of several claims in one query (call with their locks held)."""
-        return self.db.read_many(uids)
+    def records_now(
+        self, uids: Sequence[str], *, known: Snapshot | None = None
+    ) -> dict[str, tuple[ClaimRecord | None, str]]:
+        """``record`` of several claims in one query (call with their locks held); rows
+        unchanged since ``known`` are not decoded again."""
+        return self.db.read_many(uids, known=known)
 
     def open(self) -> Snapshot:
         """Create the database if needed (taking over ``checkpoint.json``); every record."""
