@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 from dralet import errors
 
-__all__ = ["BatchThread"]
+__all__ = ["BatchThread", "settle_future"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -71,7 +71,7 @@ class BatchThread(Generic[T, R]):
         resumed in one turn wake the thread once, with all of their items, instead of
         once per item (each wake-up is a GIL handoff that slows the loop)."""
         if self._stopped:
-            raise errors.TemporaryError(f"{self.name} is closed (driver stopping)")
+            raise self._closed()
         loop = asyncio.get_running_loop()
         pending = [_Pending(item, loop.create_future(), loop) for item in items]
         if not pending:
@@ -92,9 +92,12 @@ class BatchThread(Generic[T, R]):
                     self._thread.start()
                 self._queue.put(held)
                 return
-        closed = errors.TemporaryError(f"{self.name} is closed (driver stopping)")
-        refused: list[tuple[_Pending[T, R], R | BaseException]] = [(p, closed) for p in held]
-        _settle(refused)
+        closed = self._closed()
+        for pending in held:
+            settle_future(pending.future, closed)
+
+    def _closed(self) -> errors.TemporaryError:
+        return errors.TemporaryError(f"{self.name} is closed (driver stopping)")
 
     def stop(self) -> None:
         """Run what was already handed over, then end the thread (blocks until it has)."""
@@ -152,9 +155,17 @@ def _resolve(done: list[tuple[_Pending[T, R], R | BaseException]]) -> None:
 
 def _settle(settled: list[tuple[_Pending[T, R], R | BaseException]]) -> None:
     for pending, result in settled:
-        if pending.future.done():
-            continue
-        if isinstance(result, BaseException):
-            pending.future.set_exception(result)
-        else:
-            pending.future.set_result(result)
+        settle_future(pending.future, result)
+
+
+def settle_future(future: asyncio.Future[R], result: R | BaseException) -> None:
+    """Give ``future`` its result, or raise ``result`` in its waiter (a cancellation
+    cancels it); nothing when it is done already (its waiter was cancelled)."""
+    if future.done():
+        return
+    if isinstance(result, asyncio.CancelledError):
+        future.cancel()
+    elif isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)

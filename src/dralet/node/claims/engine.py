@@ -28,6 +28,7 @@ from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord, DeviceRecord
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef
+from dralet.node.batches import settle_future
 from dralet.node.claims import plan, settle
 from dralet.node.claims.calls import Calls
 from dralet.node.claims.execute import Steps
@@ -80,15 +81,7 @@ def _settle_checks(
     pending: Sequence[_Check], answers: BaseException | Sequence[bool | BaseException]
 ) -> None:
     for index, (_, _, future) in enumerate(pending):
-        if future.done():
-            continue  # its observer was cancelled
-        answer = answers if isinstance(answers, BaseException) else answers[index]
-        if isinstance(answer, asyncio.CancelledError):
-            future.cancel()
-        elif isinstance(answer, BaseException):
-            future.set_exception(answer)
-        else:
-            future.set_result(answer)
+        settle_future(future, answers if isinstance(answers, BaseException) else answers[index])
 
 
 class ClaimEngine:

@@ -22,7 +22,7 @@ from dralet.checkpoint import database
 from dralet.checkpoint.database import Drop, Intent, Op, Put, Snapshot
 from dralet.checkpoint.model import ClaimRecord, ClaimState, evolve
 from dralet.metrics import DriverMetrics
-from dralet.node.batches import BatchThread
+from dralet.node.batches import BatchThread, settle_future
 from dralet.node.settings import DriverSettings
 
 __all__ = ["RecordStore", "now_stamp"]
@@ -85,12 +85,10 @@ class RecordStore:
             found = self.db.read_many([uid for uid, _ in pending])
         except Exception as exc:  # noqa: BLE001 - every reader gets the store's error
             for _, future in pending:
-                if not future.done():
-                    future.set_exception(exc)
+                settle_future(future, exc)
             return
         for uid, future in pending:
-            if not future.done():
-                future.set_result(found[uid])
+            settle_future(future, found[uid])
 
     def records_now(
         self, uids: Sequence[str], *, known: Snapshot | None = None
