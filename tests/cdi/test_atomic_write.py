@@ -11,7 +11,7 @@ import pytest
 
 from dralet import failpoints
 from dralet.cdi import spec as cdi_spec
-from dralet.cdi.store import SpecStore
+from dralet.cdi.store import SpecChange, SpecStore, WrittenSpec
 
 KIND = "gpu.example.com/claim"
 UID = "6f1d2c3b-0000-4000-8000-000000000001"
@@ -112,3 +112,14 @@ def test_invalid_documents_are_never_written(tmp_path: Path) -> None:
     with pytest.raises(cdi_spec.CDISpecError, match="should start with a letter or digit"):
         store.write(UID, bad)
     assert os.listdir(tmp_path) == []
+
+
+def test_only_documents_from_a_checksummed_record_skip_the_parse_back(tmp_path: Path) -> None:
+    store = SpecStore(tmp_path, KIND)
+    bad = document(1, "a")
+    bad["devices"][0]["name"] = "-bad"  # type: ignore[index]
+    other = "6f1d2c3b-0000-4000-8000-000000000002"
+    refused, written = store.apply([SpecChange(UID, bad), SpecChange(other, bad, checked=True)])
+    assert isinstance(refused, cdi_spec.CDISpecError)
+    assert isinstance(written, WrittenSpec)
+    assert os.listdir(tmp_path) == [written.path.name]

@@ -9,7 +9,7 @@ import asyncio
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -19,6 +19,7 @@ from dralet.checkpoint.model import DeviceRecord
 from dralet.node.backend import (
     AllocatedDevice,
     ClaimAllocation,
+    ClaimBackend,
     ClaimRef,
     ClaimUID,
     DeviceConfig,
@@ -299,3 +300,61 @@ async def test_an_orphan_holder_of_a_shared_device_is_found_beside_a_recorded_on
     assert [f.subject for f in orphans] == ["gpu-0"]
     assert "ghost-uid" in orphans[0].message
     assert not [f for f in findings if f.kind == "device-not-held"]
+
+
+class RebootChecks:
+    """``survives_reboot`` answers per device: ``d-gone`` did not survive, ``d-error``
+    fails, ``d-hang`` blocks until ``go`` is set."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.threads: set[int] = set()
+
+    def survives_reboot(self, device: AllocatedDevice, state: Mapping[str, Any]) -> bool:
+        self.threads.add(threading.get_ident())
+        if device.device == "d-error":
+            raise RuntimeError("cannot tell")
+        if device.device == "d-hang":
+            assert self.go.wait(timeout=30)
+        return device.device != "d-gone"
+
+
+class AsyncRebootChecks(RebootChecks):
+    async def survives_reboot(  # type: ignore[override]
+        self, device: AllocatedDevice, state: Mapping[str, Any]
+    ) -> bool:
+        if device.device == "d-hang":
+            await asyncio.sleep(30)
+        return super().survives_reboot(device, state)
+
+
+def _devices(*names: str) -> list[tuple[AllocatedDevice, Mapping[str, Any]]]:
+    return [(AllocatedDevice(request="r", pool="p", device=name), {}) for name in names]
+
+
+@pytest.mark.parametrize("kind", [RebootChecks, AsyncRebootChecks])
+async def test_reboot_checks_of_many_devices_answer_each_alone(kind: type[RebootChecks]) -> None:
+    backend = kind()
+    answers = await Invoker(cast(ClaimBackend, backend), timeout=30).survives_reboot_many(
+        _devices("d0", "d-gone", "d-error", "d1")
+    )
+    assert answers[0] is True and answers[1] is False and answers[3] is True
+    assert isinstance(answers[2], RuntimeError)
+    if kind is RebootChecks:  # one thread for all of them, not the event loop's
+        assert len(backend.threads) == 1 and threading.get_ident() not in backend.threads
+
+
+@pytest.mark.parametrize("kind", [RebootChecks, AsyncRebootChecks])
+async def test_reboot_checks_unanswered_at_the_deadline_time_out(kind: type[RebootChecks]) -> None:
+    backend = kind()
+    answers = await Invoker(cast(ClaimBackend, backend), timeout=0.05).survives_reboot_many(
+        _devices("d0", "d-hang", "d1")
+    )
+    backend.go.set()
+    assert answers[0] is True
+    assert isinstance(answers[1], errors.TemporaryError)
+    assert "did not return within" in str(answers[1])
+    if kind is RebootChecks:  # one after the other: those after the hang time out too
+        assert isinstance(answers[2], errors.TemporaryError)
+    else:  # concurrently: only the hung one
+        assert answers[2] is True

@@ -14,12 +14,12 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dralet import failpoints, fsutil
 from dralet.cdi import names, spec
 
-__all__ = ["DEFAULT_CDI_DIR", "SpecFile", "SpecStamp", "SpecStore", "WrittenSpec"]
+__all__ = ["DEFAULT_CDI_DIR", "SpecChange", "SpecFile", "SpecStamp", "SpecStore", "WrittenSpec"]
 
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
 MAX_SPEC_BYTES = 4 << 20
@@ -60,6 +60,16 @@ class WrittenSpec:
     stamp: SpecStamp
 
 
+class SpecChange(NamedTuple):
+    """One claim's spec to write (``document``) or to remove (None)."""
+
+    claim_uid: str
+    document: dict[str, Any] | None
+    checked: bool = False
+    """The document was parsed back strictly when first written and is unchanged since
+    (it comes from a checksummed claim record): it is not parsed again."""
+
+
 _COMPACT = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
@@ -93,16 +103,22 @@ class SpecStore:
 
     def write(self, claim_uid: str, document: dict[str, Any]) -> Path:
         """Write a claim's spec document atomically; it is parsed back first, strictly."""
-        (written,) = self.apply([(claim_uid, document)])
+        (written,) = self.apply([SpecChange(claim_uid, document)])
         if isinstance(written, BaseException):
             raise written
         assert isinstance(written, WrittenSpec)
         return written.path
 
     def _write(
-        self, directory: fsutil.Directory, claim_uid: str, document: dict[str, Any]
+        self,
+        directory: fsutil.Directory,
+        claim_uid: str,
+        document: dict[str, Any],
+        *,
+        checked: bool = False,
     ) -> WrittenSpec:
-        spec.from_json(document)
+        if not checked:
+            spec.from_json(document)
         name = self.file_name(claim_uid)
         # Compact: runtimes parse it, nobody edits it (``jq`` shows it readably).
         data = _COMPACT.encode(document).encode() + b"\n"
@@ -113,14 +129,12 @@ class SpecStore:
         """Unlink a claim's spec; True if it existed. A missing file is success."""
         return fsutil.remove_file(self.path_for(claim_uid), failpoint=FAILPOINT_REMOVE)
 
-    def apply(
-        self, changes: Sequence[tuple[str, dict[str, Any] | None]]
-    ) -> list[WrittenSpec | bool | BaseException]:
+    def apply(self, changes: Sequence[SpecChange]) -> list[WrittenSpec | bool | BaseException]:
         """Write (a document) or remove (None) several claims' specs, then make all of
         them durable with ONE fsync of the directory. A result per change: the written
         spec, whether a removed file existed, or the error of that change alone. A failed
         directory fsync is every change's error: none of them is known durable."""
-        writes = any(document is not None for _, document in changes)
+        writes = any(change.document is not None for change in changes)
         try:
             if writes:
                 self.ensure_dir()
@@ -131,13 +145,13 @@ class SpecStore:
             return [exc] * len(changes)
         results: list[WrittenSpec | bool | BaseException] = []
         with directory:
-            for uid, document in changes:
+            for uid, document, checked in changes:
                 try:
                     if document is None:
                         name = self.file_name(uid)
                         results.append(directory.remove(name, failpoint=FAILPOINT_REMOVE))
                     else:
-                        results.append(self._write(directory, uid, document))
+                        results.append(self._write(directory, uid, document, checked=checked))
                 except Exception as exc:  # noqa: BLE001 - this change's own error
                     results.append(exc)
             # Only a rename or an unlink needs the directory made durable.

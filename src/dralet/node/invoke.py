@@ -204,6 +204,50 @@ class Invoker:
             await self._call("survives_reboot", None, self.inner.survives_reboot, device, state)
         )
 
+    async def survives_reboot_many(
+        self, devices: Sequence[tuple[AllocatedDevice, Mapping[str, Any]]]
+    ) -> list[bool | BaseException]:
+        """``survives_reboot`` of several devices, an answer or an error each, under one
+        deadline: an async backend's calls run concurrently; a blocking backend's run one
+        after the other in ONE thread (a hop per device cost more than the checks), and
+        those still unanswered at the deadline time out."""
+        fn = self.inner.survives_reboot
+        found: list[object] = [self._timed_out("survives_reboot")] * len(devices)
+        if inspect.iscoroutinefunction(fn):
+            tasks = [asyncio.ensure_future(fn(device, state)) for device, state in devices]
+            if tasks:
+                await asyncio.wait(tasks, timeout=self.timeout)
+            for index, task in enumerate(tasks):
+                if task.done():
+                    found[index] = task.exception() or task.result()
+                else:
+                    task.cancel()
+            return [a if isinstance(a, BaseException) else bool(a) for a in found]
+
+        def check_all() -> None:
+            for index, (device, state) in enumerate(devices):
+                try:
+                    found[index] = fn(device, state)
+                except Exception as exc:  # noqa: BLE001 - this device's own answer
+                    found[index] = exc
+
+        context = contextvars.copy_context()
+        future = asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(context.run, check_all)
+        )
+        done, _ = await asyncio.wait({future}, timeout=self.timeout)
+        if not done:
+            self._abandon(None, future)
+        answers: list[bool | BaseException] = []
+        for answer in list(found):  # a copy: an abandoned thread may still fill in the rest
+            if inspect.isawaitable(answer):  # a plain ``def`` returning one (a mock)
+                try:
+                    answer = await answer
+                except Exception as exc:  # noqa: BLE001 - this device's own answer
+                    answer = exc
+            answers.append(answer if isinstance(answer, BaseException) else bool(answer))
+        return answers
+
     async def health(self) -> Mapping[str, DeviceHealth]:
         return cast(Mapping[str, DeviceHealth], await self._call("health", None, self.inner.health))
 

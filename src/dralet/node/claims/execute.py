@@ -429,15 +429,26 @@ class Steps:
         return result
 
     async def rewrite_specs(
-        self, records: Sequence[ClaimRecord], *, expected: bool = False
+        self,
+        records: Sequence[ClaimRecord],
+        *,
+        expected: bool = False,
+        present: Sequence[bool] | None = None,
     ) -> list[cdi_store.SpecStamp | BaseException | None]:
         """``rewrite_spec`` of several claims (each one's lock held), their spec writes
         handed to the writer together; a result per record: the new stamp, None, or the
-        error of that claim alone."""
+        error of that claim alone. ``present``: each claim's ``artifacts_present``, if
+        the caller looked under the same locks already."""
         results: list[cdi_store.SpecStamp | BaseException | None] = [None] * len(records)
         wanted: list[int] = []
         for index, record in enumerate(records):
-            if record.cdi_spec is None or self.artifacts_present(record, record.uid):
+            if record.cdi_spec is None:
+                continue
+            if (
+                present[index]
+                if present is not None
+                else self.artifacts_present(record, record.uid)
+            ):
                 continue
             if record.device_metadata:
                 try:
@@ -448,8 +459,10 @@ class Steps:
                     results[index] = exc
                     continue
             wanted.append(index)
+        # A record's spec was parsed back strictly before the record holding it was
+        # written, and the record's checksum proves it unchanged: not parsed again.
         written = await self.spec_io.write_many(
-            [(records[i].uid, dict(records[i].cdi_spec or {})) for i in wanted]
+            [(records[i].uid, dict(records[i].cdi_spec or {})) for i in wanted], checked=True
         )
         rewritten = 0
         for index, result in zip(wanted, written, strict=True):
@@ -466,12 +479,20 @@ class Steps:
             log.info("rewrote %d CDI specs from their claims' records after a reboot", rewritten)
         return results
 
-    async def survives_reboot(self, record: ClaimRecord) -> bool:
-        results = [
-            await self.calls.backend.survives_reboot(allocated(d), d.prepared_state)
-            for d in record.devices
-        ]
-        return all(results)
+    async def survives_reboot(self, records: Sequence[ClaimRecord]) -> list[bool | BaseException]:
+        """Whether each claim's devices all survived a reboot (or the error of asking),
+        every device of every claim asked in one backend hand-over."""
+        answers = iter(
+            await self.calls.backend.survives_reboot_many(
+                [(allocated(d), d.prepared_state) for r in records for d in r.devices]
+            )
+        )
+        results: list[bool | BaseException] = []
+        for record in records:
+            mine = [next(answers) for _ in record.devices]
+            error = next((a for a in mine if isinstance(a, BaseException)), None)
+            results.append(error if error is not None else all(mine))
+        return results
 
     # ------------------------------------------------------------------ teardown
 

@@ -197,20 +197,21 @@ async def _revalidate(
     alone (a failed stamp leaves its claims to be revalidated again at the next start)."""
     async with engine.store.claim_locks(uids):
         # Planned again under the locks: another instance may have moved a claim on.
-        records = [
-            view.record
+        views = [
+            view
             for view in engine.observe_many(uids, known=known)
             if view.record is not None and plan.Action.REVALIDATE in plan.plan_settle(view)
         ]
-        survived = await asyncio.gather(
-            *(engine.steps.survives_reboot(r) for r in records), return_exceptions=True
-        )
-        keep = []
-        for record, answer in zip(records, survived, strict=True):
+        records = [view.record for view in views if view.record is not None]
+        survived = await engine.steps.survives_reboot(records)
+        keep: list[ClaimRecord] = []
+        present: list[bool] = []
+        for view, record, answer in zip(views, records, survived, strict=True):
             if isinstance(answer, BaseException):
                 _defer(engine, report, record.uid, answer)
             elif answer:
                 keep.append(record)
+                present.append(view.spec_present)
             else:
                 rolled_back = await _try(
                     engine,
@@ -222,7 +223,7 @@ async def _revalidate(
                 )
                 if rolled_back:
                     report.add("rolled-back-after-reboot", record.uid)
-        written = await engine.steps.rewrite_specs(keep, expected=True)
+        written = await engine.steps.rewrite_specs(keep, expected=True, present=present)
         revalidated: list[tuple[ClaimRecord, SpecStamp | None]] = []
         for record, stamp in zip(keep, written, strict=True):
             if isinstance(stamp, BaseException):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dralet.cdi.store import SpecStamp, SpecStore, WrittenSpec
+from dralet.cdi.store import SpecChange, SpecStamp, SpecStore, WrittenSpec
 from dralet.node.batches import BatchThread
 
 __all__ = ["SpecWriter"]
@@ -19,26 +19,29 @@ __all__ = ["SpecWriter"]
 class SpecWriter:
     def __init__(self, specs: SpecStore) -> None:
         self.specs = specs
-        self._thread: BatchThread[tuple[str, dict[str, Any] | None], WrittenSpec | bool] = (
-            BatchThread("dralet-cdi-specs", specs.apply)
+        self._thread: BatchThread[SpecChange, WrittenSpec | bool] = BatchThread(
+            "dralet-cdi-specs", specs.apply
         )
 
     async def write(self, claim_uid: str, document: dict[str, Any]) -> SpecStamp:
         """The claim's spec, durable once this returns; the written file's stamp."""
-        written = await self._thread.submit((claim_uid, document))
+        written = await self._thread.submit(SpecChange(claim_uid, document))
         assert isinstance(written, WrittenSpec)
         return written.stamp
 
     async def write_many(
-        self, documents: Sequence[tuple[str, dict[str, Any]]]
+        self, documents: Sequence[tuple[str, dict[str, Any]]], *, checked: bool = False
     ) -> list[SpecStamp | BaseException]:
-        """Several claims' specs (claim UID, document), each durable or failed alone."""
-        results = await self._thread.submit_many(documents)
+        """Several claims' specs (claim UID, document), each durable or failed alone;
+        ``checked`` as ``SpecChange.checked``."""
+        results = await self._thread.submit_many(
+            [SpecChange(uid, document, checked) for uid, document in documents]
+        )
         return [r.stamp if isinstance(r, WrittenSpec) else _failure(r) for r in results]
 
     async def remove(self, claim_uid: str) -> bool:
         """The claim's spec gone for good once this returns; whether it was there."""
-        return bool(await self._thread.submit((claim_uid, None)))
+        return bool(await self._thread.submit(SpecChange(claim_uid, None)))
 
     def stop(self) -> None:
         self._thread.stop()
