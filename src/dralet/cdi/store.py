@@ -56,8 +56,13 @@ class SpecFile:
 class WrittenSpec:
     """A spec written (and, once ``apply`` returns, durable), with its stamp."""
 
-    path: Path
+    directory: Path
+    name: str
     stamp: SpecStamp
+
+    @property
+    def path(self) -> Path:
+        return self.directory / self.name  # on demand: a batch of writes rarely asks
 
 
 class SpecChange(NamedTuple):
@@ -123,7 +128,7 @@ class SpecStore:
         # Compact: runtimes parse it, nobody edits it (``jq`` shows it readably).
         data = _COMPACT.encode(document).encode() + b"\n"
         info = directory.replace(name, data, mode=0o644, failpoint=FAILPOINT_WRITE)
-        return WrittenSpec(self.cdi_dir / name, _stamp(info))
+        return WrittenSpec(self.cdi_dir, name, _stamp(info))
 
     def remove(self, claim_uid: str) -> bool:
         """Unlink a claim's spec; True if it existed. A missing file is success."""
