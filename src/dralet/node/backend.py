@@ -264,7 +264,8 @@ class ClaimBackend(Protocol):
     def survives_reboot(
         self, device: AllocatedDevice, state: Mapping[str, Any]
     ) -> MaybeAwaitable[bool]:
-        """Whether a device prepared before a reboot is still prepared after it."""
+        """Whether a device prepared before a reboot is still prepared after it (asked
+        for many devices at once: a plain ``def`` in one thread, one after the other)."""
         ...
 
     def health(self) -> MaybeAwaitable[Mapping[str, DeviceHealth]]:
