@@ -55,9 +55,11 @@ def _parse_json(text: str | bytes, what: str) -> Any:
 
 def _field(m: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
     """``m[key]`` of type ``kind``; ``default`` when absent (None: the field is required)."""
+    value = m.get(key, default)
+    if type(value) is kind:  # what JSON decodes to: no subclass, and a bool is no int
+        return value
     if key not in m and default is None:
         raise CodecError(f"field {key!r} is missing")
-    value = m.get(key, default)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise CodecError(f"field {key!r} must be {kind.__name__}, not {type(value).__name__}")
     return value
@@ -65,8 +67,9 @@ def _field(m: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
 
 def _strings(m: Mapping[str, Any], key: str) -> tuple[str, ...]:
     values = _field(m, key, list, [])
-    if not all(isinstance(v, str) for v in values):
-        raise CodecError(f"field {key!r} must be a list of strings")
+    for v in values:
+        if type(v) is not str:
+            raise CodecError(f"field {key!r} must be a list of strings")
     return tuple(values)
 
 
@@ -185,21 +188,28 @@ def _device_from_dict(value: Any) -> DeviceRecord:
         external_cdi_ids=_strings(d, "externalCdiDeviceIds"),
         admin_access=_field(d, "adminAccess", bool, False),
         share_id=_field(d, "shareId", str, ""),
-        backend_state=dict(_field(d, "backendState", dict, {})),
-        result_fields=dict(_field(d, "resultFields", dict, {})),
+        # Decoded just now: the record may keep these objects as they are.
+        backend_state=_field(d, "backendState", dict, {}),
+        result_fields=_field(d, "resultFields", dict, {}),
     )
 
 
 _STAMP_FIELDS = 3
 
 
+_STATES = {s.value: s for s in ClaimState}
+
+
 def _record_from_dict(uid: str, value: Any) -> ClaimRecord:
-    r = _mapping(value, f"claim {uid[:64]!r}")
-    state = _field(r, "state", str, None)
-    if state not in {s.value for s in ClaimState}:
-        raise CodecError(f"claim {uid[:64]!r} has unknown state {state[:64]!r}")
+    # Every message names the claim; made only when it is needed (this runs per row).
+    if not isinstance(value, dict):
+        _mapping(value, f"claim {uid[:64]!r}")
+    r: Mapping[str, Any] = value
+    state = _STATES.get(_field(r, "state", str, None))
+    if state is None:
+        raise CodecError(f"claim {uid[:64]!r} has unknown state {r['state'][:64]!r}")
     cdi_spec = r.get("cdiSpec")
-    if cdi_spec is not None:
+    if cdi_spec is not None and not isinstance(cdi_spec, dict):
         _mapping(cdi_spec, f"claim {uid[:64]!r} cdiSpec")
     stamp = r.get("cdiSpecStamp")
     if stamp is not None and not (
@@ -208,18 +218,20 @@ def _record_from_dict(uid: str, value: Any) -> ClaimRecord:
         and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in stamp)
     ):
         raise CodecError(f"claim {uid[:64]!r} cdiSpecStamp must be three counts")
-    metadata = _mapping(r.get("deviceMetadata", {}), f"claim {uid[:64]!r} deviceMetadata")
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+    metadata = r.get("deviceMetadata", {})
+    if not isinstance(metadata, dict):
+        _mapping(metadata, f"claim {uid[:64]!r} deviceMetadata")
+    if metadata and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise CodecError(f"claim {uid[:64]!r} deviceMetadata must map requests to text")
     return ClaimRecord(
         uid=uid,
         namespace=_field(r, "namespace", str, None),
         name=_field(r, "name", str, None),
-        state=ClaimState(state),
+        state=state,
         devices=tuple(_device_from_dict(d) for d in _field(r, "devices", list, [])),
         cdi_spec=cdi_spec,
         cdi_spec_stamp=(stamp[0], stamp[1], stamp[2]) if stamp is not None else None,
-        device_metadata=dict(metadata),
+        device_metadata=metadata,
         finalizer_added=_field(r, "finalizerAdded", bool, False),
         boot_id=_field(r, "bootId", str, ""),
         updated_at=_field(r, "updatedAt", str, ""),
