@@ -47,9 +47,15 @@ class SpecFile:
     """A spec file of ours found in the CDI directory."""
 
     claim_uid: str
-    path: Path
+    location: str
+    """Its path as the directory listing gave it (``path`` is made from it on demand:
+    a scan of thousands of files rarely needs one)."""
     stamp: SpecStamp | None = None
     """Set by ``scan(stamps=True)``; None for anything but a regular file."""
+
+    @property
+    def path(self) -> Path:
+        return Path(self.location)
 
 
 @dataclass(frozen=True)
@@ -201,7 +207,7 @@ class SpecStore:
                         stamp = _regular_stamp(entry.stat(follow_symlinks=False))
                     except FileNotFoundError:
                         continue
-                found.append(SpecFile(uid, Path(entry.path), stamp))
+                found.append(SpecFile(uid, entry.path, stamp))
         return sorted(found, key=lambda f: f.claim_uid)
 
     def stray_temp_files(self) -> list[Path]:
