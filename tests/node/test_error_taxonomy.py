@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from dralet import errors
+from dralet.cdi.spec import ContainerEdits
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node import service
 from dralet.node.backend import AllocatedDevice, ClaimRef, PreparedDevice
@@ -77,6 +78,30 @@ async def test_permanent_error_is_that_claims_answer_and_not_retried(tmp_path: P
     outcomes = await node.prepare(a, b)
     assert sum("firmware too old" in o.error for o in outcomes.values()) == 1
     assert flaky.prepares == 2
+
+
+class BadEdits(Flaky):
+    """Prepares ``gpu-0`` with an environment entry the CDI library refuses."""
+
+    async def prepare(self, claim: ClaimRef, device: AllocatedDevice) -> PreparedDevice:
+        prepared = await super().prepare(claim, device)
+        if device.device != "gpu-0":
+            return prepared
+        return PreparedDevice(edits=ContainerEdits(env=("NO_EQUALS_SIGN",)), state=prepared.state)
+
+
+async def test_edits_no_runtime_would_load_fail_that_claim_and_leave_nothing(
+    tmp_path: Path,
+) -> None:
+    node = LedgerNode.create(tmp_path)
+    bad = BadEdits(node.backend)
+    node.backend = node.ledger.backend = node.ledger.calls.backend = bad  # type: ignore[assignment]
+    a, b = node.add_claim("a", "gpu-0"), node.add_claim("b", "gpu-1")
+    outcomes = await node.prepare(a, b)
+    assert "invalid environment variable 'NO_EQUALS_SIGN'" in outcomes[a.uid].error
+    node.assert_gone(a)
+    assert outcomes[b.uid].error == ""
+    node.assert_prepared(b, "gpu-1")
 
 
 async def test_irreversible_release_keeps_the_record_and_raises(tmp_path: Path) -> None:

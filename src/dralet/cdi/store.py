@@ -77,8 +77,9 @@ class SpecChange(NamedTuple):
     claim_uid: str
     document: dict[str, Any] | None
     checked: bool = False
-    """The document was parsed back strictly when first written and is unchanged since
-    (it comes from a checksummed claim record): it is not parsed again."""
+    """The document is known valid, so it is not parsed back: ``spec.to_json`` made it
+    from a validated ``Spec``, or it comes from a checksummed claim record that holds a
+    spec written before."""
 
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"), sort_keys=True)

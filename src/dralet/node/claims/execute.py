@@ -237,7 +237,7 @@ class Steps:
             await asyncio.to_thread(self.metadata_files.write, ref.uid, metadata)
             failpoints.hit(FP_AFTER_METADATA)
         document = self._build_spec(ref, devices, results, metadata, claim)
-        stamp = await self.spec_io.write(ref.uid, document)
+        stamp = await self.spec_io.write(ref.uid, document, checked=True)
         failpoints.hit(FP_AFTER_SPEC)
         return document, metadata, stamp
 
@@ -387,8 +387,9 @@ class Steps:
             names = _cdi_names(_cdi_device_name(ref.uid, d), len(r.more_edits))
             for name, device_edits in zip(names, (edits, *r.more_edits), strict=True):
                 cdi_devices.append(cdi_spec.CDIDevice(name=name, container_edits=device_edits))
-        # Checked strictly once, by the spec store, before it is written.
-        return cdi_spec.to_document(
+        # Validated here, as a value: the spec store then writes it without parsing the
+        # document back (``to_json`` is pinned to ``from_json`` by a property test).
+        return cdi_spec.to_json(
             cdi_spec.Spec(kind=self.settings.cdi_kind, devices=tuple(cdi_devices))
         )
 

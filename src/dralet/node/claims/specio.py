@@ -23,9 +23,12 @@ class SpecWriter:
             "dralet-cdi-specs", specs.apply
         )
 
-    async def write(self, claim_uid: str, document: dict[str, Any]) -> SpecStamp:
-        """The claim's spec, durable once this returns; the written file's stamp."""
-        written = await self._thread.submit(SpecChange(claim_uid, document))
+    async def write(
+        self, claim_uid: str, document: dict[str, Any], *, checked: bool = False
+    ) -> SpecStamp:
+        """The claim's spec, durable once this returns; the written file's stamp.
+        ``checked`` as ``SpecChange.checked``."""
+        written = await self._thread.submit(SpecChange(claim_uid, document, checked))
         assert isinstance(written, WrittenSpec)
         return written.stamp
 
