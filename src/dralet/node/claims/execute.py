@@ -460,8 +460,8 @@ class Steps:
                     results[index] = exc
                     continue
             wanted.append(index)
-        # A record's spec was parsed back strictly before the record holding it was
-        # written, and the record's checksum proves it unchanged: not parsed again.
+        # A record's spec was checked before the record holding it was written (and
+        # its checksum proves it unchanged since): it is not parsed back again.
         written = await self.spec_io.write_many(
             [(records[i].uid, dict(records[i].cdi_spec or {})) for i in wanted], checked=True
         )
