@@ -462,8 +462,9 @@ class RecordDatabase:
         results: list[BaseException | None] = []
         for op in intents:
             record = op.record
+            keys = list(_holds(record))
             busy: BaseException | None = None
-            for key in _holds(record):
+            for key in keys:
                 holder = granted.get(key)
                 if holder is None:
                     row = conn.execute(
@@ -478,7 +479,7 @@ class RecordDatabase:
                     break
             results.append(busy)
             if busy is None:
-                granted.update((key, record.uid) for key in _holds(record))
+                granted.update((key, record.uid) for key in keys)
                 stored.append(record)
         self._store(conn, stored)
         return results
