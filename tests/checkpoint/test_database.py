@@ -11,8 +11,8 @@ import pytest
 
 from dralet import errors
 from dralet.checkpoint import codec, database
-from dralet.checkpoint.database import Drop, Intent, Put, RecordDatabase
-from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
+from dralet.checkpoint.database import Drop, Intent, Put, RecordDatabase, Stamp
+from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord, evolve
 from dralet.checkpoint.store import CheckpointStore
 from dralet.metrics import DriverMetrics
 from dralet.node.claims.store import RecordStore
@@ -121,6 +121,95 @@ def test_a_read_reuses_the_snapshots_record_only_while_its_row_is_unchanged(
     assert found["c"] == (None, "")  # gone since
     assert found["d"][0] is None and "checksum mismatch" in found["d"][1]
     assert db.read_many(["a"])["a"][0] is not known.checkpoint.claims["a"]
+
+
+def test_a_stamp_is_read_as_part_of_its_record_until_the_record_is_written_again(
+    tmp_path: Path,
+) -> None:
+    db = open_db(tmp_path)
+    db.apply([Put(record("a", "gpu-0", state=ClaimState.PREPARE_COMPLETED))])
+    known = db.snapshot()
+    before = known.checkpoint.claims["a"]
+    assert db.apply([Stamp("a", "boot-2", (7, 100, 123), "2026-12-04T10:00:00Z")]) == [None]
+    stamped = db.snapshot().checkpoint.claims["a"]
+    assert (stamped.boot_id, stamped.cdi_spec_stamp, stamped.updated_at) == (
+        "boot-2",
+        (7, 100, 123),
+        "2026-12-04T10:00:00Z",
+    )
+    assert stamped.devices == before.devices and stamped.state == before.state
+    # The record the snapshot decoded before the stamp is not handed out again.
+    assert db.read_many(["a"], known=known)["a"] == (stamped, "")
+    # A stamp without a spec stamp keeps the record's.
+    db.apply([Stamp("a", "boot-3", None, "2026-12-04T11:00:00Z")])
+    assert db.read("a")[0] == evolve(before, boot_id="boot-3", updated_at="2026-12-04T11:00:00Z")
+    # Writing the record replaces the stamp: the record is then exactly what was written,
+    # and the stamp is gone (it could not apply to a row written again the same).
+    for written in (
+        record("a", "gpu-0", state=ClaimState.UNPREPARE_STARTED),
+        record("a", "gpu-0", state=ClaimState.RELEASED),
+    ):
+        db.apply([Stamp("a", "boot-4", None, "2026-12-04T12:00:00Z")])
+        db.apply([Put(written)])
+        assert db.read("a") == (written, "")
+        assert stamps(db) == 0
+    assert db.apply([Stamp("nobody", "boot-3", None, "")])[0] is not None
+
+
+def stamps(db: RecordDatabase) -> int:
+    conn = sqlite3.connect(db.path, isolation_level=None)
+    try:
+        return int(conn.execute("SELECT count(*) FROM stamps").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_damaged_stamp_makes_that_claims_record_untrusted(tmp_path: Path) -> None:
+    db = open_db(tmp_path)
+    db.apply([Put(record("a", "gpu-0")), Put(record("b", "gpu-1"))])
+    db.apply([Stamp(uid, "boot-2", (1, 2, 3), "2026-12-04T10:00:00Z") for uid in ("a", "b")])
+    conn = sqlite3.connect(db.path, isolation_level=None)
+    conn.execute("UPDATE stamps SET boot_id = 'boot-9' WHERE uid = 'a'")
+    conn.close()
+    snapshot = db.snapshot()
+    assert sorted(snapshot.checkpoint.claims) == ["b"]
+    assert "stamp checksum mismatch" in snapshot.corrupt["a"]
+    assert db.read("a") == (None, snapshot.corrupt["a"])
+    # Its devices stay held meanwhile, as with a damaged row.
+    (busy,) = db.apply([Intent(record("c", "gpu-0"))])
+    assert isinstance(busy, errors.DeviceBusyError)
+
+
+def test_a_stamp_made_for_an_earlier_row_no_longer_applies(tmp_path: Path) -> None:
+    """A release without stamps sharing the database (a rolling update) writes the row
+    and leaves the stamp: the row is the truth, and the stale stamp goes at the next open."""
+    db = open_db(tmp_path)
+    db.apply([Put(record("a", "gpu-0"))])
+    db.apply([Stamp("a", "boot-2", (1, 2, 3), "2026-12-04T10:00:00Z")])
+    rewritten = record("a", "gpu-0", state=ClaimState.PREPARE_COMPLETED)
+    conn = sqlite3.connect(db.path, isolation_level=None)
+    conn.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)", database._row(rewritten))
+    conn.close()
+    assert db.read("a") == (rewritten, "")
+    db.close()
+    open_db(tmp_path).close()
+    assert stamps(db) == 0
+
+
+def test_a_reader_opens_a_database_written_before_stamps_existed(tmp_path: Path) -> None:
+    db = open_db(tmp_path)
+    db.apply([Put(record("a", "gpu-0"))])
+    db.close()
+    conn = sqlite3.connect(db.path, isolation_level=None)
+    conn.execute("DROP TABLE stamps")
+    conn.close()
+    reader = database.read_only_snapshot(db.path)
+    assert sorted(reader.checkpoint.claims) == ["a"]
+    # The next driver to open it for writing adds the table.
+    again = open_db(tmp_path)
+    assert again.apply([Stamp("a", "boot-2", None, "2026-12-04T10:00:00Z")]) == [None]
+    assert again.read("a")[0] is not None
+    assert database.read_only_snapshot(db.path).checkpoint.claims["a"].boot_id == "boot-2"
 
 
 def test_a_file_that_is_no_database_makes_the_store_unusable(tmp_path: Path) -> None:

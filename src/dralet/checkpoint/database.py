@@ -14,6 +14,17 @@ it is reported as corrupt for that claim alone (``Snapshot.corrupt``); the claim
 SQLite itself cannot read makes the whole store unusable
 (``CheckpointCorruptError``): the engine fails closed, as before.
 
+Marking a record revalidated after a reboot (its boot ID, its rewritten spec's stamp,
+and when) writes a row of ``stamps``, not the record: re-encoding 10,000 records was
+most of a reboot's commit. A stamp names the checksum of the row it was made for
+(``base``) and has a checksum of its own over that and its fields; it is folded into the
+record when read, while the row still has that checksum, and deleted whenever the row is
+written. A stamp whose own checksum fails makes that claim's record untrusted, as a
+damaged row does. A stamp whose row changed since (written by a release without stamps
+sharing the database during a rolling update) no longer applies and is ignored: the row
+is the truth, and its claim is revalidated again. A release without stamps ignores the
+table and revalidates the claims again, so the table needs no new ``meta.schema``.
+
 Today's ``checkpoint.json`` (schema v1 or v2) is read once and its records moved into
 the database in one transaction; the old file is then renamed ``*.migrated``.
 
@@ -36,7 +47,7 @@ from pathlib import Path
 
 from dralet import errors, failpoints, fsutil, gcpause
 from dralet.checkpoint import codec
-from dralet.checkpoint.model import Checkpoint, ClaimRecord
+from dralet.checkpoint.model import Checkpoint, ClaimRecord, evolve
 from dralet.checkpoint.store import CheckpointStore
 
 __all__ = [
@@ -47,6 +58,7 @@ __all__ = [
     "Put",
     "RecordDatabase",
     "Snapshot",
+    "Stamp",
     "read_only_snapshot",
 ]
 
@@ -66,7 +78,19 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS holds (pool TEXT NOT NULL, device TEXT NOT NULL, "
     "share_id TEXT NOT NULL, uid TEXT NOT NULL, PRIMARY KEY (pool, device, share_id))",
     "CREATE INDEX IF NOT EXISTS holds_by_uid ON holds (uid)",
+    "CREATE TABLE IF NOT EXISTS stamps (uid TEXT PRIMARY KEY, base TEXT NOT NULL, "
+    "boot_id TEXT NOT NULL, spec TEXT NOT NULL, updated_at TEXT NOT NULL, "
+    "checksum TEXT NOT NULL)",
+    # Stamps whose row is gone or changed (see above) apply to nothing any more.
+    "DELETE FROM stamps WHERE NOT EXISTS "
+    "(SELECT 1 FROM claims WHERE claims.uid = stamps.uid AND claims.checksum = stamps.base)",
 )
+_ROWS = (
+    "SELECT c.uid, c.data, c.checksum, s.base, s.boot_id, s.spec, s.updated_at, s.checksum "
+    "FROM claims c LEFT JOIN stamps s ON s.uid = c.uid"
+)
+_ROWS_WITHOUT_STAMPS = "SELECT uid, data, checksum, NULL, NULL, NULL, NULL, NULL FROM claims c"
+"""A read-only view of a database no release with stamps has opened yet."""
 _BUSY_TIMEOUT_MS = 30_000
 _COMPANIONS = ("-wal", "-shm")
 _READ_CHUNK = 500
@@ -97,22 +121,69 @@ def decode_row(uid: str, data: object, checksum: object) -> ClaimRecord:
     return codec.decode_record(uid, data)
 
 
-def _unchanged(uid: str, data: object, checksum: object, known: str | None) -> bool:
-    """Whether a row still holds what was decoded from a row with checksum ``known``."""
-    if known is None or checksum != known or not isinstance(data, str):
-        return False
-    try:
-        return row_checksum(uid, data) == known
-    except UnicodeEncodeError:
-        return False
+def stamp_checksum(uid: str, base: str, boot_id: str, spec: str, updated_at: str) -> str:
+    """What a stamp's ``checksum`` must be: binds it to its claim and to the row (by that
+    row's checksum, ``base``) it was made for."""
+    text = f"{uid}\n{base}\n{boot_id}\n{spec}\n{updated_at}"
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def _decoded(uid: str, data: object, checksum: object) -> tuple[ClaimRecord | None, str]:
-    """A row's record, or ``(None, why)`` when it cannot be trusted."""
+def _spec_text(stamp: tuple[int, int, int] | None) -> str:
+    return "" if stamp is None else ",".join(map(str, stamp))
+
+
+def _stamp_changes(uid: str, row: Sequence[object]) -> dict[str, object] | None:
+    """What the row's stamp changes in its record; None when no stamp applies to the row
+    (none, or one made for an earlier row). ``codec.CodecError`` for a damaged stamp."""
+    checksum, base, boot_id, spec, updated_at, sealed = row[2:8]
+    if base is None or base != checksum:
+        return None
+    if not (isinstance(boot_id, str) and isinstance(spec, str) and isinstance(updated_at, str)):
+        raise codec.CodecError("stamp is not text")
     try:
-        return decode_row(uid, data, checksum), ""
+        expected = stamp_checksum(uid, str(base), boot_id, spec, updated_at)
+    except UnicodeEncodeError as exc:
+        raise codec.CodecError(f"stamp holds a lone surrogate at index {exc.start}") from exc
+    if sealed != expected:
+        raise codec.CodecError("stamp checksum mismatch: the stamp was changed or damaged")
+    changes: dict[str, object] = {"boot_id": boot_id, "updated_at": updated_at}
+    if spec:
+        parts = spec.split(",")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise codec.CodecError(f"stamp holds no spec stamp: {spec[:40]!r}")
+        changes["cdi_spec_stamp"] = (int(parts[0]), int(parts[1]), int(parts[2]))
+    return changes
+
+
+def _identity(row: Sequence[object]) -> object:
+    """What a row's record was decoded from, as ``Snapshot.checksums`` keeps it: the
+    row's checksum, or its stamp's (which names the row's) when one applies."""
+    return row[7] if row[3] is not None and row[3] == row[2] else row[2]
+
+
+def _unchanged(uid: str, row: Sequence[object], known: str | None) -> bool:
+    """Whether a row (and its stamp) still holds what was decoded from a row with
+    identity ``known``."""
+    data, checksum = row[1], row[2]
+    if known is None or _identity(row) != known or not isinstance(data, str):
+        return False
+    try:
+        if row_checksum(uid, data) != checksum:
+            return False
+        _stamp_changes(uid, row)
+    except (UnicodeEncodeError, codec.CodecError):
+        return False
+    return True
+
+
+def _decoded(uid: str, row: Sequence[object]) -> tuple[ClaimRecord | None, str]:
+    """A row's record (its stamp folded in), or ``(None, why)`` when it cannot be trusted."""
+    try:
+        record = decode_row(uid, row[1], row[2])
+        changes = _stamp_changes(uid, row)
     except codec.CodecError as exc:
         return None, f"record of claim {uid} is unusable: {exc}"
+    return (record if changes is None else evolve(record, **changes)), ""
 
 
 @dataclass(frozen=True)
@@ -134,7 +205,18 @@ class Drop:
     uid: str
 
 
-Op = Put | Intent | Drop
+@dataclass(frozen=True)
+class Stamp:
+    """Mark a claim's record, as it is stored now, revalidated in boot ``boot_id``, its
+    spec rewritten with stamp ``spec_stamp`` (None: the record's stays), at ``updated_at``."""
+
+    uid: str
+    boot_id: str
+    spec_stamp: tuple[int, int, int] | None
+    updated_at: str
+
+
+Op = Put | Intent | Drop | Stamp
 
 
 @dataclass(frozen=True)
@@ -143,8 +225,8 @@ class Snapshot:
     corrupt: Mapping[str, str] = field(default_factory=dict)
     """Claim UID → why its row cannot be trusted."""
     checksums: Mapping[str, str] = field(default_factory=dict)
-    """Claim UID → the checksum of the row its record was decoded from (``read_many``
-    reuses the record while the row still holds exactly that)."""
+    """Claim UID → the checksum of the row (or of the stamp on it) its record was decoded
+    from (``read_many`` reuses the record while the row still holds exactly that)."""
 
 
 def _holds(record: ClaimRecord) -> Iterator[tuple[str, str, str]]:
@@ -173,6 +255,8 @@ class RecordDatabase:
         self._connections: list[sqlite3.Connection] = []
         self._opened = read_only
         self._open_lock = threading.Lock()
+        self._stamps: bool | None = None
+        """Whether the database has the ``stamps`` table (asked once)."""
 
     # ------------------------------------------------------------------ opening
 
@@ -309,6 +393,15 @@ class RecordDatabase:
         except sqlite3.DatabaseError as exc:
             raise self._failure(exc) from exc
 
+    def _rows(self) -> str:
+        """The query for claim rows with their stamps (aliases ``c`` and ``s``)."""
+        if self._stamps is None:
+            # Opening for writing creates the table; a read-only reader may come first.
+            self._stamps = not self.read_only or bool(
+                self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'stamps'")
+            )
+        return _ROWS if self._stamps else _ROWS_WITHOUT_STAMPS
+
     def _absent(self) -> Snapshot | None:
         """What a read finds before the database exists (nothing is created by reading):
         the records of a ``checkpoint.json`` not taken over yet, or none."""
@@ -340,13 +433,13 @@ class RecordDatabase:
             for start in range(0, len(unique), _READ_CHUNK):
                 chunk = unique[start : start + _READ_CHUNK]
                 marks = ",".join("?" * len(chunk))
-                sql = f"SELECT uid, data, checksum FROM claims WHERE uid IN ({marks})"  # noqa: S608 - only placeholders
-                for uid, data, checksum in self._query(sql, chunk):
-                    key = str(uid)
-                    if _unchanged(key, data, checksum, checksums.get(key)) and key in records:
+                sql = f"{self._rows()} WHERE c.uid IN ({marks})"
+                for row in self._query(sql, chunk):
+                    key = str(row[0])
+                    if _unchanged(key, row, checksums.get(key)) and key in records:
                         found[key] = (records[key], "")
                     else:
-                        found[key] = _decoded(key, data, checksum)
+                        found[key] = _decoded(key, row)
         return found
 
     def snapshot(self) -> Snapshot:
@@ -357,13 +450,14 @@ class RecordDatabase:
         corrupt: dict[str, str] = {}
         checksums: dict[str, str] = {}
         with gcpause.paused():
-            for uid, data, checksum in self._query("SELECT uid, data, checksum FROM claims"):
-                record, why = _decoded(str(uid), data, checksum)
+            for row in self._query(self._rows()):
+                uid = str(row[0])
+                record, why = _decoded(uid, row)
                 if record is None:
-                    corrupt[str(uid)] = why
+                    corrupt[uid] = why
                 else:
-                    records[str(uid)] = record
-                    checksums[str(uid)] = str(checksum)
+                    records[uid] = record
+                    checksums[uid] = str(_identity(row))
         meta = {str(k): str(v) for k, v in self._query("SELECT key, value FROM meta")}
         checkpoint = Checkpoint(
             driver=str(meta.get("driver", "")), boot_id=str(meta.get("boot_id", "")), claims=records
@@ -403,9 +497,12 @@ class RecordDatabase:
         freeing: list[tuple[int, Drop | Put]] = []
         keeping: list[Put] = []
         checked: list[tuple[int, Intent]] = []
+        stamping: list[tuple[int, Stamp]] = []
         for index, op in enumerate(ops):
             if isinstance(op, Intent):
                 checked.append((index, op))
+            elif isinstance(op, Stamp):
+                stamping.append((index, op))
             elif isinstance(op, Drop) or not op.record.holds_devices:
                 freeing.append((index, op))
             else:
@@ -417,6 +514,10 @@ class RecordDatabase:
                 self._store(conn, [op.record for op in keeping])
                 for (index, _), result in zip(
                     checked, self._grant(conn, [op for _, op in checked]), strict=True
+                ):
+                    results[index] = result
+                for (index, _), result in zip(
+                    stamping, self._stamp(conn, [op for _, op in stamping]), strict=True
                 ):
                     results[index] = result
                 failpoints.hit(FP_COMMIT_BEFORE)
@@ -432,6 +533,7 @@ class RecordDatabase:
             return
         uids = [(op.uid if isinstance(op, Drop) else op.record.uid,) for op in ops]
         conn.executemany("DELETE FROM holds WHERE uid = ?", uids)
+        conn.executemany("DELETE FROM stamps WHERE uid = ?", uids)
         conn.executemany(
             "DELETE FROM claims WHERE uid = ?", [(op.uid,) for op in ops if isinstance(op, Drop)]
         )
@@ -446,6 +548,7 @@ class RecordDatabase:
         never change after its intent, and a record stored by hand gets its holds)."""
         if not records:
             return
+        conn.executemany("DELETE FROM stamps WHERE uid = ?", [(r.uid,) for r in records])
         conn.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)", map(_row, records))
         conn.executemany(
             "INSERT OR REPLACE INTO holds VALUES (?, ?, ?, ?)",
@@ -482,6 +585,32 @@ class RecordDatabase:
                 granted.update((key, record.uid) for key in keys)
                 stored.append(record)
         self._store(conn, stored)
+        return results
+
+    @staticmethod
+    def _stamp(conn: sqlite3.Connection, stamps: Sequence[Stamp]) -> list[BaseException | None]:
+        """Stamps, each on its claim's row as stored now; a claim without a row gets an
+        error and no stamp."""
+        if not stamps:
+            return []
+        bases: dict[str, str] = {}
+        for start in range(0, len(stamps), _READ_CHUNK):
+            chunk = [op.uid for op in stamps[start : start + _READ_CHUNK]]
+            marks = ",".join("?" * len(chunk))
+            sql = f"SELECT uid, checksum FROM claims WHERE uid IN ({marks})"  # noqa: S608 - only placeholders
+            bases.update((str(uid), str(checksum)) for uid, checksum in conn.execute(sql, chunk))
+        rows: list[tuple[str, str, str, str, str, str]] = []
+        results: list[BaseException | None] = []
+        for op in stamps:
+            base = bases.get(op.uid)
+            if base is None:
+                results.append(LookupError(f"claim {op.uid} has no record to stamp"))
+                continue
+            spec = _spec_text(op.spec_stamp)
+            sealed = stamp_checksum(op.uid, base, op.boot_id, spec, op.updated_at)
+            rows.append((op.uid, base, op.boot_id, spec, op.updated_at, sealed))
+            results.append(None)
+        conn.executemany("INSERT OR REPLACE INTO stamps VALUES (?, ?, ?, ?, ?, ?)", rows)
         return results
 
     # ------------------------------------------------------------------ unusable store

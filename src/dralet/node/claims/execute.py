@@ -23,7 +23,7 @@ from dralet import errors, failpoints
 from dralet.cdi import names as cdi_names
 from dralet.cdi import spec as cdi_spec
 from dralet.cdi import store as cdi_store
-from dralet.checkpoint.database import Put
+from dralet.checkpoint.database import Stamp
 from dralet.checkpoint.model import CONFIGS_KEY, ClaimRecord, ClaimState, DeviceRecord, evolve
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import (
@@ -671,16 +671,9 @@ class Steps:
         record left unstamped (the commit failed) is simply revalidated again next start.
         """
         stamp = now_stamp()
-        await self.store.commit(
-            [
-                Put(
-                    evolve(
-                        r,
-                        boot_id=self.store.boot_id,
-                        updated_at=stamp,
-                        cdi_spec_stamp=spec or r.cdi_spec_stamp,
-                    )
-                )
-                for r, spec in revalidated
-            ]
+        results = await self.store.commit(
+            [Stamp(r.uid, self.store.boot_id, spec, stamp) for r, spec in revalidated]
         )
+        error = next((e for e in results if e is not None), None)
+        if error is not None:
+            raise error
