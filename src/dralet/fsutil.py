@@ -27,6 +27,7 @@ import stat
 import struct
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from dralet import failpoints
 
@@ -80,13 +81,30 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "a special file")
 
 
-def _declare(tag: str) -> None:
-    failpoints.declare(
-        f"{tag}.before-fsync",
-        f"{tag}.after-fsync",
-        f"{tag}.after-rename",
-        f"{tag}.after-dir-fsync",
-    )
+class _Points(NamedTuple):
+    before_fsync: str
+    after_fsync: str
+    after_rename: str
+    after_dir_fsync: str
+
+
+_points_of: dict[str, _Points] = {}
+
+
+def _points(tag: str) -> _Points:
+    """The failpoints of a write tagged ``tag`` (declared the first time it is asked for:
+    a batch of 10,000 spec writes does not build their names 10,000 times)."""
+    points = _points_of.get(tag)
+    if points is None:
+        points = _Points(
+            f"{tag}.before-fsync",
+            f"{tag}.after-fsync",
+            f"{tag}.after-rename",
+            f"{tag}.after-dir-fsync",
+        )
+        failpoints.declare(*points)
+        _points_of[tag] = points
+    return points
 
 
 def fsync_dir(directory: Path) -> None:
@@ -172,8 +190,7 @@ class Directory:
         """Replace the file ``name`` with ``data`` atomically (durable once the directory
         is fsynced); the status of the file renamed into place, taken from the descriptor
         that wrote it. The rules are ``atomic_write``'s."""
-        if failpoint:
-            _declare(failpoint)
+        points = _points(failpoint) if failpoint else None
         existing = _lstat_at(self.fd, name)
         if existing is not None and not stat.S_ISREG(existing.st_mode):
             raise UnsafeFileError(
@@ -187,11 +204,11 @@ class Directory:
                 while view:
                     written = os.write(fd, view)
                     view = view[written:]
-                if failpoint:
-                    failpoints.hit(f"{failpoint}.before-fsync")
+                if points:
+                    failpoints.hit(points.before_fsync)
                 os.fsync(fd)
-                if failpoint:
-                    failpoints.hit(f"{failpoint}.after-fsync")
+                if points:
+                    failpoints.hit(points.after_fsync)
                 info = os.fstat(fd)
                 os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             finally:
@@ -200,8 +217,8 @@ class Directory:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=self.fd)
             raise
-        if failpoint:
-            failpoints.hit(f"{failpoint}.after-rename")
+        if points:
+            failpoints.hit(points.after_rename)
         return info
 
     def remove(self, name: str, *, failpoint: str = "") -> bool:
@@ -241,7 +258,7 @@ def atomic_write(
         if sync_dir:
             directory.fsync()
     if failpoint and sync_dir:
-        failpoints.hit(f"{failpoint}.after-dir-fsync")
+        failpoints.hit(_points(failpoint).after_dir_fsync)
 
 
 def _open_regular(path: Path) -> int | None:

@@ -101,6 +101,8 @@ class SpecStore:
         self.cdi_dir = cdi_dir
         self.kind = kind
         self._prefix = f"{vendor}-{cdi_class}_"
+        self._dir_text = os.fspath(cdi_dir)
+        """For ``exists`` (once per claim in every observation): no ``Path`` per call."""
 
     def file_name(self, claim_uid: str) -> str:
         return f"{self._prefix}{claim_uid.replace('/', '_')}.json"
@@ -179,7 +181,9 @@ class SpecStore:
     def exists(self, claim_uid: str) -> bool:
         """Whether a regular spec file is there (a symlink or FIFO of that name is not)."""
         try:
-            return stat.S_ISREG(os.lstat(self.path_for(claim_uid)).st_mode)
+            return stat.S_ISREG(
+                os.lstat(os.path.join(self._dir_text, self.file_name(claim_uid))).st_mode
+            )
         except FileNotFoundError:
             return False
 

@@ -262,11 +262,17 @@ def plan_node(snapshot: NodeSnapshot) -> list[Finding]:
     for uid, record in sorted(records.items()):
         where = f"{record.namespace}/{record.name}"
         view = ClaimView(uid, record, spec_present=uid in snapshot.specs, boot_id=snapshot.boot_id)
-        for action in plan_settle(view):
+        actions = plan_settle(view)
+        for action in actions:
             if action in _RECORD_FINDINGS:
                 kind, what = _RECORD_FINDINGS[action]
                 found.append(_finding(kind, uid, f"claim {where}: {what}", action))
-        if record.state == ClaimState.PREPARE_COMPLETED and uid not in snapshot.specs:
+        # A claim revalidated after a reboot gets its spec rewritten by that same step.
+        if (
+            record.state == ClaimState.PREPARE_COMPLETED
+            and uid not in snapshot.specs
+            and Action.REVALIDATE not in actions
+        ):
             found.append(
                 _finding(
                     "missing-spec",

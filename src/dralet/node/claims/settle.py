@@ -12,6 +12,7 @@ single claim does makes the process exit.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -89,13 +90,9 @@ async def _recover(engine: ClaimEngine, *, retry_later: bool) -> RecoveryReport:
         engine.settings, backend=engine.backend, records=records, trust_stamps=True
     )
     findings = plan.steps_of(plan.plan_node(snapshot), by=frozenset({plan.BY_START}))
-    # Revalidating a claim after a reboot rewrites its spec: its missing-spec step is
-    # that same write, and is not taken twice.
-    revalidating = {f.subject for f in findings if f.action == plan.Action.REVALIDATE}
-    findings = [f for f in findings if not (f.kind == "missing-spec" and f.subject in revalidating)]
     await _execute(engine, findings, report, known=records)
-    for action, _ in report.actions:
-        engine.metrics.recovery_actions.labels(action).inc()
+    for action, times in collections.Counter(a for a, _ in report.actions).items():
+        engine.metrics.recovery_actions.labels(action).inc(times)
     if report.deferred and retry_later:
         engine.work.spawn("recovery-retry", _retry_forever(engine))
     return report
