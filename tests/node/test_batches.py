@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from dralet import errors
-from dralet.node.batches import BatchThread
+from dralet.node.batches import BatchThread, in_groups
 
 
 class Recorder:
@@ -60,7 +60,9 @@ async def test_each_item_gets_its_own_failure() -> None:
     recorder = Recorder()
     thread = BatchThread("test-writer", recorder.run)
     try:
-        results = await thread.submit_many([1, -1, 2])
+        results = await asyncio.gather(
+            *(thread.submit(i) for i in (1, -1, 2)), return_exceptions=True
+        )
         with pytest.raises(ValueError, match="item -3"):
             await thread.submit(-3)
     finally:
@@ -69,15 +71,24 @@ async def test_each_item_gets_its_own_failure() -> None:
     assert isinstance(results[1], ValueError)
 
 
-async def test_an_empty_submission_leaves_the_thread_working() -> None:
+async def test_groups_share_a_batch_and_get_a_result_per_piece() -> None:
+    """``in_groups``: each group is one item (one future); the pieces of every group
+    waiting run in one call, and each piece gets its own result or failure."""
     recorder = Recorder()
-    thread = BatchThread("test-writer", recorder.run)
+    thread: BatchThread[Sequence[int], list[int | BaseException]] = BatchThread(
+        "test-writer", in_groups(recorder.run), size=len, max_batch=3
+    )
     try:
-        assert await thread.submit_many([]) == []
-        assert await thread.submit(5) == 10
+        first, second, third = await asyncio.gather(
+            thread.submit([1, -1, 2]), thread.submit([]), thread.submit([3, 4])
+        )
     finally:
         thread.stop()
-    assert recorder.batches == [[5]]
+    assert first[0] == 2 and isinstance(first[1], ValueError) and first[2] == 4
+    assert second == [] and third == [6, 8]
+    # A batch is counted in pieces, not groups: the first group fills it (3); the empty
+    # group and the last one run in the next.
+    assert recorder.batches == [[1, -1, 2], [3, 4]]
 
 
 async def test_stop_runs_what_was_handed_over_and_refuses_more() -> None:

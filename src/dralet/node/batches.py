@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 from dralet import errors
 
-__all__ = ["BatchThread", "settle_future"]
+__all__ = ["BatchThread", "in_groups", "settle_future"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -59,12 +59,6 @@ class BatchThread(Generic[T, R]):
         """``item``'s result once its batch ran; raises the exception it failed with."""
         (future,) = self._enqueue([item])
         return await future
-
-    async def submit_many(self, items: Sequence[T]) -> list[R | BaseException]:
-        """Each item's result (or the exception it failed with), handed over together:
-        for work that already comes as a batch (recovery), without a task per item."""
-        futures = self._enqueue(items)
-        return list(await asyncio.gather(*futures, return_exceptions=True))
 
     def _enqueue(self, items: Sequence[T]) -> list[asyncio.Future[R]]:
         """Hold the items until the end of the event loop's turn: the claims of a call
@@ -141,6 +135,26 @@ class BatchThread(Generic[T, R]):
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
                 results = [exc] * len(batch)
             _resolve(list(zip(batch, results, strict=True)))
+
+
+def in_groups(
+    run: Callable[[Sequence[T]], Sequence[R]],
+) -> Callable[[Sequence[Sequence[T]]], list[list[R] | BaseException]]:
+    """``run`` for a ``BatchThread`` whose items are groups of work (use ``size=len``):
+    a caller with many pieces of work (a chunk of recovery) submits them as ONE item,
+    one future, and gets a result per piece; the thread still runs the pieces of every
+    waiting group in one call."""
+
+    def grouped(groups: Sequence[Sequence[T]]) -> list[list[R] | BaseException]:
+        results = run([piece for group in groups for piece in group])
+        split: list[list[R] | BaseException] = []
+        start = 0
+        for group in groups:
+            split.append(list(results[start : start + len(group)]))
+            start += len(group)
+        return split
+
+    return grouped
 
 
 def _resolve(done: list[tuple[_Pending[T, R], R | BaseException]]) -> None:

@@ -22,7 +22,7 @@ from dralet.checkpoint import database
 from dralet.checkpoint.database import Drop, Intent, Op, Put, Snapshot
 from dralet.checkpoint.model import ClaimRecord, ClaimState, evolve
 from dralet.metrics import DriverMetrics
-from dralet.node.batches import BatchThread, settle_future
+from dralet.node.batches import BatchThread, in_groups, settle_future
 from dralet.node.settings import DriverSettings
 
 __all__ = ["RecordStore", "now_stamp"]
@@ -109,22 +109,17 @@ class RecordStore:
     # ------------------------------------------------------------------ writing
 
     def _new_writer(self) -> BatchThread[Sequence[Op], list[BaseException | None]]:
-        return BatchThread("dralet-claim-store", self._commit, max_batch=MAX_BATCH, size=len)
+        return BatchThread(
+            "dralet-claim-store", in_groups(self._commit), max_batch=MAX_BATCH, size=len
+        )
 
-    def _commit(
-        self, batch: Sequence[Sequence[Op]]
-    ) -> list[list[BaseException | None] | BaseException]:
+    def _commit(self, ops: Sequence[Op]) -> list[BaseException | None]:
         """The writer thread's work: every waiting write in ONE transaction."""
         started = time.perf_counter()
-        results = self.db.apply([op for ops in batch for op in ops])
+        results = self.db.apply(ops)
         self.metrics.store_commits.inc()
         self.metrics.store_commit_seconds.observe(time.perf_counter() - started)
-        split: list[list[BaseException | None] | BaseException] = []
-        start = 0
-        for ops in batch:
-            split.append(results[start : start + len(ops)])
-            start += len(ops)
-        return split
+        return results
 
     async def commit(self, ops: Sequence[Op]) -> list[BaseException | None]:
         """Make ``ops`` durable together with whatever else is waiting; a result per op."""
