@@ -8,6 +8,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dralet import errors
 from dralet.checkpoint import codec, database
@@ -170,9 +172,17 @@ def test_a_damaged_stamp_makes_that_claims_record_untrusted(tmp_path: Path) -> N
     db.apply([Stamp(uid, "boot-2", (1, 2, 3), "2026-12-04T10:00:00Z") for uid in ("a", "b")])
     conn = sqlite3.connect(db.path, isolation_level=None)
     conn.execute("UPDATE stamps SET boot_id = 'boot-9' WHERE uid = 'a'")
+    # A stamp sealed over a spec stamp that is no number is refused, not misread.
+    ((base,),) = conn.execute("SELECT base FROM stamps WHERE uid = 'b'").fetchall()
+    sealed = database.stamp_checksum("b", base, "boot-2", "1,\u00b2,3", "t")
+    conn.execute(
+        "UPDATE stamps SET spec = ?, updated_at = 't', checksum = ? WHERE uid = 'b'",
+        ("1,\u00b2,3", sealed),
+    )
     conn.close()
     snapshot = db.snapshot()
-    assert sorted(snapshot.checkpoint.claims) == ["b"]
+    assert sorted(snapshot.checkpoint.claims) == []
+    assert "no spec stamp" in snapshot.corrupt["b"]
     assert "stamp checksum mismatch" in snapshot.corrupt["a"]
     assert db.read("a") == (None, snapshot.corrupt["a"])
     # Its devices stay held meanwhile, as with a damaged row.
@@ -299,3 +309,55 @@ async def test_concurrent_writes_share_commits(tmp_path: Path) -> None:
     await store.close()
     with pytest.raises(errors.TemporaryError, match="closed"):
         await store.put(record("late", "gpu-999"))
+
+
+_STAMP_TEXT = st.one_of(
+    st.text(max_size=24), st.sampled_from(["", "1,2,3", "0,0,0", "1,2", "1,2,3,4", "-1,2,3"])
+)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    boot_id=st.text(max_size=12),
+    spec=_STAMP_TEXT,
+    updated_at=st.text(max_size=12),
+    sealed=st.booleans(),
+    kinds=st.tuples(*(st.sampled_from(["text", "int", "blob", "real"]),) * 3),
+)
+def test_any_stamp_row_is_applied_ignored_or_fails_that_claim_closed(
+    tmp_path_factory: pytest.TempPathFactory,
+    boot_id: str,
+    spec: str,
+    updated_at: str,
+    sealed: bool,
+    kinds: tuple[str, str, str],
+) -> None:
+    """Whatever a stamp row holds (sealed or not, any type in any column), a read never
+    raises: the record comes back (stamped or not) or that claim alone is corrupt."""
+    db = open_db(tmp_path_factory.mktemp("stamp"))
+    db.apply([Put(record("a", "gpu-0")), Put(record("b", "gpu-1"))])
+    conn = sqlite3.connect(db.path, isolation_level=None)
+    ((base,),) = conn.execute("SELECT checksum FROM claims WHERE uid = 'a'").fetchall()
+    try:
+        checksum = database.stamp_checksum("a", base, boot_id, spec, updated_at)
+    except UnicodeEncodeError:
+        checksum = "x"
+    values: list[object] = []
+    for value, kind in zip((boot_id, spec, updated_at), kinds, strict=True):
+        values.append(
+            {"text": value, "int": 7, "blob": value.encode("utf-8", "replace"), "real": 0.5}[kind]
+        )
+    conn.execute(
+        "INSERT OR REPLACE INTO stamps VALUES ('a', ?, ?, ?, ?, ?)",
+        (base, *values, checksum if sealed else "sha256:0"),
+    )
+    conn.close()
+    snapshot = db.snapshot()
+    assert snapshot.checkpoint.claims["b"] == record("b", "gpu-1")
+    if "a" in snapshot.checkpoint.claims:
+        assert sealed and snapshot.checkpoint.claims["a"].boot_id == boot_id
+        assert db.read("a")[0] == snapshot.checkpoint.claims["a"]
+    else:
+        assert "unusable" in snapshot.corrupt["a"]
+        assert db.read("a") == (None, snapshot.corrupt["a"])
+    db.close()

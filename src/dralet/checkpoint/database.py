@@ -19,10 +19,11 @@ and when) writes a row of ``stamps``, not the record: re-encoding 10,000 records
 most of a reboot's commit. A stamp names the checksum of the row it was made for
 (``base``) and has a checksum of its own over that and its fields; it is folded into the
 record when read, while the row still has that checksum, and deleted whenever the row is
-written. A stamp whose own checksum fails makes that claim's record untrusted, as a
-damaged row does. A stamp whose row changed since (written by a release without stamps
-sharing the database during a rolling update) no longer applies and is ignored: the row
-is the truth, and its claim is revalidated again. A release without stamps ignores the
+written. A stamp that names the row's checksum but fails its own makes that claim's
+record untrusted, as a damaged row does. A stamp naming another row (the row was written
+since by a release without stamps sharing the database during a rolling update, or the
+stamp's ``base`` was damaged) applies to nothing and is ignored: the row is the truth,
+and its claim is revalidated again. A release without stamps ignores the
 table and revalidates the claims again, so the table needs no new ``meta.schema``.
 
 Today's ``checkpoint.json`` (schema v1 or v2) is read once and its records moved into
@@ -149,7 +150,7 @@ def _stamp_changes(uid: str, row: Sequence[object]) -> dict[str, object] | None:
     changes: dict[str, object] = {"boot_id": boot_id, "updated_at": updated_at}
     if spec:
         parts = spec.split(",")
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
             raise codec.CodecError(f"stamp holds no spec stamp: {spec[:40]!r}")
         changes["cdi_spec_stamp"] = (int(parts[0]), int(parts[1]), int(parts[2]))
     return changes
