@@ -99,6 +99,14 @@ _READ_CHUNK = 500
 statement cheap to prepare)."""
 
 
+def _uid_chunks(uids: Sequence[str]) -> Iterator[tuple[Sequence[str], str]]:
+    """``uids`` a ``_READ_CHUNK`` at a time, each with the placeholders of its
+    ``IN (...)`` list."""
+    for start in range(0, len(uids), _READ_CHUNK):
+        chunk = uids[start : start + _READ_CHUNK]
+        yield chunk, ",".join("?" * len(chunk))
+
+
 def row_checksum(uid: str, data: str) -> str:
     """What a claim row's ``checksum`` must be: binds the record to its key."""
     return "sha256:" + hashlib.sha256(f"{uid}\n{data}".encode()).hexdigest()
@@ -431,11 +439,8 @@ class RecordDatabase:
         checksums = known.checksums if known is not None else {}
         records = known.checkpoint.claims if known is not None else {}
         with gcpause.paused():
-            for start in range(0, len(unique), _READ_CHUNK):
-                chunk = unique[start : start + _READ_CHUNK]
-                marks = ",".join("?" * len(chunk))
-                sql = f"{self._rows()} WHERE c.uid IN ({marks})"
-                for row in self._query(sql, chunk):
+            for chunk, marks in _uid_chunks(unique):
+                for row in self._query(f"{self._rows()} WHERE c.uid IN ({marks})", chunk):
                     key = str(row[0])
                     if _unchanged(key, row, checksums.get(key)) and key in records:
                         found[key] = (records[key], "")
@@ -595,9 +600,7 @@ class RecordDatabase:
         if not stamps:
             return []
         bases: dict[str, str] = {}
-        for start in range(0, len(stamps), _READ_CHUNK):
-            chunk = [op.uid for op in stamps[start : start + _READ_CHUNK]]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _uid_chunks([op.uid for op in stamps]):
             sql = f"SELECT uid, checksum FROM claims WHERE uid IN ({marks})"  # noqa: S608 - only placeholders
             bases.update((str(uid), str(checksum)) for uid, checksum in conn.execute(sql, chunk))
         rows: list[tuple[str, str, str, str, str, str]] = []
