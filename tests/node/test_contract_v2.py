@@ -358,3 +358,23 @@ async def test_reboot_checks_unanswered_at_the_deadline_time_out(kind: type[Rebo
         assert isinstance(answers[2], errors.TemporaryError)
     else:  # concurrently: only the hung one
         assert answers[2] is True
+
+
+async def test_async_reboot_checks_keep_to_the_backend_limit() -> None:
+    in_flight = peak = 0
+
+    class Counting:
+        async def survives_reboot(self, device: AllocatedDevice, state: Mapping[str, Any]) -> bool:
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            await asyncio.sleep(0)
+            in_flight -= 1
+            return device.device != "d-gone"
+
+    names = [f"d{i}" for i in range(40)] + ["d-gone"]
+    answers = await Invoker(cast(ClaimBackend, Counting()), timeout=30).survives_reboot_many(
+        _devices(*names), limit=3
+    )
+    assert answers == [True] * 40 + [False]
+    assert peak == 3

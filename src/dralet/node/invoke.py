@@ -206,24 +206,32 @@ class Invoker:
         )
 
     async def survives_reboot_many(
-        self, devices: Sequence[tuple[AllocatedDevice, Mapping[str, Any]]]
+        self, devices: Sequence[tuple[AllocatedDevice, Mapping[str, Any]]], *, limit: int = 16
     ) -> list[bool | BaseException]:
         """``survives_reboot`` of several devices, an answer or an error each, under one
-        deadline: an async backend's calls run concurrently; a blocking backend's run one
-        after the other in ONE thread (a hop per device cost more than the checks), and
-        those still unanswered at the deadline time out."""
+        deadline: an async backend's calls run at most ``limit`` at a time; a blocking
+        backend's run one after the other in ONE thread (a hop per device cost more than
+        the checks), and those still unanswered at the deadline time out."""
         if not devices:
             return []
         fn = self.inner.survives_reboot
         found: list[object] = [self._timed_out("survives_reboot")] * len(devices)
         if inspect.iscoroutinefunction(fn):
-            tasks = [asyncio.ensure_future(fn(device, state)) for device, state in devices]
-            await asyncio.wait(tasks, timeout=self.timeout)
-            for index, task in enumerate(tasks):
-                if task.done():
-                    found[index] = task.exception() or task.result()
-                else:
-                    task.cancel()
+            # ``limit`` workers take the next device in turn: a task per device cost more
+            # than the checks, and ``limit`` is the backend's bound on calls in flight.
+            pending = iter(enumerate(devices))
+
+            async def worker() -> None:
+                for index, (device, state) in pending:
+                    try:
+                        found[index] = await fn(device, state)
+                    except Exception as exc:  # noqa: BLE001 - this device's own answer
+                        found[index] = exc
+
+            workers = [asyncio.ensure_future(worker()) for _ in range(min(limit, len(devices)))]
+            _, late = await asyncio.wait(workers, timeout=self.timeout)
+            for task in late:
+                task.cancel()
             return [a if isinstance(a, BaseException) else bool(a) for a in found]
 
         def check_all() -> None:

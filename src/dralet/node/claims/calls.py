@@ -114,6 +114,7 @@ class Calls:
         self.finalizer = finalizer
         self._api = asyncio.Semaphore(api_limit)
         self._backend = asyncio.Semaphore(backend_limit)
+        self._backend_limit = backend_limit
 
     @property
     def backend(self) -> Invoker:
@@ -173,6 +174,13 @@ class Calls:
             await self.backend.release_claim(
                 claim_allocation(ref, devices), [d.prepared_state for d in devices]
             )
+
+    async def survives_reboot(
+        self, devices: Sequence[tuple[AllocatedDevice, Mapping[str, Any]]]
+    ) -> list[bool | BaseException]:
+        """``survives_reboot`` of each device (an answer or an error each), as many in
+        flight at once as ``prepare_claim`` calls may be."""
+        return await self.backend.survives_reboot_many(devices, limit=self._backend_limit)
 
     async def release_unrecorded(self, ref: ClaimRef, pool: str, device: str) -> None:
         """Release a device the backend holds with no record of it (nothing to hand back)."""

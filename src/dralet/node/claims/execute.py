@@ -484,7 +484,7 @@ class Steps:
         """Whether each claim's devices all survived a reboot (or the error of asking),
         every device of every claim asked in one backend hand-over."""
         answers = iter(
-            await self.calls.backend.survives_reboot_many(
+            await self.calls.survives_reboot(
                 [(allocated(d), d.prepared_state) for r in records for d in r.devices]
             )
         )
