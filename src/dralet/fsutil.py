@@ -1,13 +1,19 @@
 """Crash-safe file primitives: atomic write, safe read, idempotent remove, temp sweep, locks.
 
-The one recipe for durable state: create a temp file under an unpredictable name in the
-target's directory (``O_CREAT|O_EXCL|O_NOFOLLOW``: nothing planted there is ever
-followed or truncated), fsync it, rename it over the target, fsync the directory. A
-reader sees the old bytes or the new bytes, never a mix, and after a crash the rename is
-either durable or absent. Every step works relative to one open directory descriptor,
-so swapping a directory for a symlink half-way redirects nothing.
+The one recipe for durable state: write the new bytes into a temp file in the target's
+directory, fsync it, put it in place under the target's name, fsync the directory. A
+reader sees the old bytes or the new bytes, never a mix, and after a crash the new name
+is either durable or absent. Every step works relative to one open directory
+descriptor, so swapping a directory for a symlink half-way redirects nothing.
 
-A writer holds an ``flock`` on its temp file until the rename; ``sweep_temp_files``
+The temp file has no name at all where the filesystem allows it (``O_TMPFILE``, open(2)):
+it is linked in under the target's name once written and synced, which fails rather than
+replace anything already there, and a crash before that leaves nothing behind. A target
+that exists, and a filesystem without ``O_TMPFILE``, take the named route: a temp file
+under an unpredictable name (``O_CREAT|O_EXCL|O_NOFOLLOW`` when created: nothing planted
+there is ever followed or truncated) renamed over the target.
+
+A writer holds an ``flock`` on a named temp file until the rename; ``sweep_temp_files``
 removes only temp files nobody holds, so a sweep beside a running writer (two driver
 instances during a rolling update) never pulls a file from under it. Used by
 ``dralet.cdi``, ``dralet.checkpoint`` and backends (``dralet.atomic_write``).
@@ -53,6 +59,13 @@ _TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?:[0-9a-f]{16}|[0-9]+)\.tmp")
 _TEMP_ATTEMPTS = 16
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_UNNAMED_FLAGS = os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC  # no O_EXCL: it may be linked
+# open(2): a filesystem without O_TMPFILE says EOPNOTSUPP; a kernel before 3.11 reads the
+# flag as O_DIRECTORY (EISDIR).
+_NO_UNNAMED = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)
+# linkat(2) links an O_TMPFILE descriptor by this path (AT_SYMLINK_FOLLOW) without the
+# CAP_DAC_READ_SEARCH that AT_EMPTY_PATH needs on older kernels.
+_FD_PATH = "/proc/self/fd/{}"
 
 
 class UnsafeFileError(OSError):
@@ -129,11 +142,15 @@ def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
         return None
 
 
+def _temp_name(name: str) -> str:
+    return f".{name}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+
+
 def _create_temp(dir_fd: int, directory: Path, name: str, mode: int) -> tuple[int, str]:
     """A new, locked, empty temp file for ``name``; nothing that already exists is opened."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     for _ in range(_TEMP_ATTEMPTS):
-        tmp = f".{name}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+        tmp = _temp_name(name)
         try:
             fd = os.open(tmp, flags, mode, dir_fd=dir_fd)  # the umask may take bits away
         except FileExistsError:
@@ -141,11 +158,8 @@ def _create_temp(dir_fd: int, directory: Path, name: str, mode: int) -> tuple[in
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             # A sweep may have locked and unlinked it between our create and our flock.
-            created = os.fstat(fd)
-            if created.st_nlink == 0:
+            if os.fstat(fd).st_nlink == 0:
                 raise BlockingIOError(errno.EWOULDBLOCK, "temp file swept")
-            if stat.S_IMODE(created.st_mode) != mode:
-                os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
         except BlockingIOError:
             os.close(fd)
             continue
@@ -155,11 +169,34 @@ def _create_temp(dir_fd: int, directory: Path, name: str, mode: int) -> tuple[in
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
         return fd, tmp
-    raise UnsafeFileError(
+    raise _no_temp_name(directory, name)
+
+
+def _no_temp_name(directory: Path, name: str) -> UnsafeFileError:
+    return UnsafeFileError(
         directory / f".{name}.*{TEMP_SUFFIX}",
         f"could not be created under {_TEMP_ATTEMPTS} fresh names",
         code=errno.EEXIST,
     )
+
+
+def _fill(fd: int, data: bytes, mode: int, points: _Points | None) -> os.stat_result:
+    """Write ``data`` to the new file ``fd`` and sync it, with exactly ``mode``; its status."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+    if points:
+        failpoints.hit(points.before_fsync)
+    os.fsync(fd)
+    if points:
+        failpoints.hit(points.after_fsync)
+    info = os.fstat(fd)
+    if stat.S_IMODE(info.st_mode) != mode:  # the umask took bits away
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+        info = os.fstat(fd)
+    return info
 
 
 class Directory:
@@ -170,6 +207,8 @@ class Directory:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.fd = os.open(path, _DIR_FLAGS)
+        self._unnamed = True
+        """Whether temp files may be unnamed (cleared the first time that fails here)."""
 
     def __enter__(self) -> Directory:
         return self
@@ -188,28 +227,80 @@ class Directory:
         self, name: str, data: bytes, *, mode: int = 0o600, failpoint: str = ""
     ) -> os.stat_result:
         """Replace the file ``name`` with ``data`` atomically (durable once the directory
-        is fsynced); the status of the file renamed into place, taken from the descriptor
+        is fsynced); the status of the file put in place, taken from the descriptor
         that wrote it. The rules are ``atomic_write``'s."""
         points = _points(failpoint) if failpoint else None
+        info = self._replace_unnamed(name, data, mode, points) if self._unnamed else None
+        if info is None:
+            info = self._replace_named(name, data, mode, points)
+        if points:
+            failpoints.hit(points.after_rename)
+        return info
+
+    def _replace_unnamed(
+        self, name: str, data: bytes, mode: int, points: _Points | None
+    ) -> os.stat_result | None:
+        """``replace`` through an ``O_TMPFILE`` file; None when this directory has none."""
+        try:
+            fd = os.open(".", _UNNAMED_FLAGS, mode, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno not in _NO_UNNAMED:
+                raise
+            self._unnamed = False
+            return None
+        try:
+            info = _fill(fd, data, mode, points)
+            source = _FD_PATH.format(fd)
+            try:
+                os.link(source, name, dst_dir_fd=self.fd, follow_symlinks=True)
+            except FileExistsError:
+                self._rename_over(fd, source, name)
+            except FileNotFoundError:
+                if os.path.exists(source):
+                    raise
+                self._unnamed = False  # no /proc here to link it by
+                return None
+            return info
+        finally:
+            os.close(fd)
+
+    def _rename_over(self, fd: int, source: str, name: str) -> None:
+        """Put the written, unnamed file ``fd`` in place of the existing ``name``: linked
+        under a temp name (held, so no sweep takes it), then renamed over it."""
+        self._check_replaceable(name)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for _ in range(_TEMP_ATTEMPTS):
+            tmp = _temp_name(name)
+            try:
+                os.link(source, tmp, dst_dir_fd=self.fd, follow_symlinks=True)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise _no_temp_name(self.path, name)
+        try:
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=self.fd)
+            raise
+
+    def _check_replaceable(self, name: str) -> None:
         existing = _lstat_at(self.fd, name)
         if existing is not None and not stat.S_ISREG(existing.st_mode):
             raise UnsafeFileError(
                 self.path / name,
                 f"is {file_kind(existing.st_mode)}, not a regular file; not replacing it",
             )
+
+    def _replace_named(
+        self, name: str, data: bytes, mode: int, points: _Points | None
+    ) -> os.stat_result:
+        self._check_replaceable(name)
         fd, tmp = _create_temp(self.fd, self.path, name, mode)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                if points:
-                    failpoints.hit(points.before_fsync)
-                os.fsync(fd)
-                if points:
-                    failpoints.hit(points.after_fsync)
-                info = os.fstat(fd)
+                info = _fill(fd, data, mode, points)
                 os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             finally:
                 os.close(fd)  # releases the flock: after the rename, or on error
@@ -217,8 +308,6 @@ class Directory:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=self.fd)
             raise
-        if points:
-            failpoints.hit(points.after_rename)
         return info
 
     def remove(self, name: str, *, failpoint: str = "") -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dralet import failpoints
+from dralet import failpoints, fsutil
 from dralet.cdi import spec as cdi_spec
 from dralet.cdi.store import SpecChange, SpecStore, WrittenSpec
 
@@ -58,6 +58,71 @@ def test_a_reader_never_sees_a_half_written_spec(tmp_path: Path) -> None:
     assert torn == []
     assert seen["small"] and seen["large"], seen  # the reader really saw both versions
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_a_reader_never_sees_a_new_spec_half_written(tmp_path: Path) -> None:
+    """A spec created anew (linked in whole) is absent or complete, never partial."""
+    store = SpecStore(tmp_path, KIND)
+    large = document(64, "large")
+    path = store.path_for(UID)
+    stop = threading.Event()
+    seen, torn = [0], []
+
+    def read_loop() -> None:
+        while not stop.is_set():
+            try:
+                raw = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            try:
+                json.loads(raw)
+            except ValueError:
+                torn.append(raw[:80].decode(errors="replace"))
+                continue
+            seen[0] += 1
+
+    reader = threading.Thread(target=read_loop)
+    reader.start()
+    try:
+        for _ in range(300):
+            store.write(UID, large)
+            store.remove(UID)
+    finally:
+        stop.set()
+        reader.join()
+    assert torn == []
+    assert seen[0]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o777])
+@pytest.mark.parametrize("exists", [False, True], ids=["new", "replaced"])
+def test_a_written_file_has_exactly_the_mode_asked_whatever_the_umask(
+    tmp_path: Path, umask: int, exists: bool
+) -> None:
+    target = tmp_path / "spec.json"
+    if exists:
+        target.write_bytes(b"old")
+        target.chmod(0o600)
+    old = os.umask(umask)
+    try:
+        fsutil.atomic_write(target, b"new", mode=0o644)
+    finally:
+        os.umask(old)
+    assert oct(target.stat().st_mode & 0o777) == oct(0o644)
+    assert target.read_bytes() == b"new"
+
+
+def test_without_proc_to_link_by_a_write_takes_the_named_route(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fsutil, "_FD_PATH", str(tmp_path / "no-proc" / "{}"))
+    with fsutil.Directory(tmp_path) as directory:
+        directory.replace("a.json", b"1")
+        directory.replace("b.json", b"2")
+        assert not directory._unnamed  # found out once, then not tried again
+    assert (tmp_path / "a.json").read_bytes() == b"1"
+    assert sorted(os.listdir(tmp_path)) == ["a.json", "b.json"]
 
 
 @pytest.mark.parametrize("step", ["before-fsync", "after-fsync"])

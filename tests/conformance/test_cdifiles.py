@@ -1,4 +1,4 @@
-"""The CDI directory as a runtime sees it: which spec files were renamed into place and
+"""The CDI directory as a runtime sees it: which spec files were put in place whole and
 which were written where a runtime could read them half-written."""
 
 from __future__ import annotations
@@ -10,19 +10,31 @@ from pathlib import Path
 from dralet.conformance.cdifiles import SpecWatch, invalid_specs
 
 
-def test_renamed_specs_pass_and_in_place_writes_are_caught(tmp_path: Path) -> None:
+def test_specs_put_in_place_whole_pass_and_in_place_writes_are_caught(tmp_path: Path) -> None:
     watch = SpecWatch(tmp_path)
     assert watch.start()
     try:
         (tmp_path / ".a.json.tmp").write_text("{}")
         os.replace(tmp_path / ".a.json.tmp", tmp_path / "a.json")
+        fd = os.open(tmp_path, os.O_WRONLY | os.O_TMPFILE, 0o644)
+        dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.write(fd, b"{}")
+            # linkat(AT_SYMLINK_FOLLOW): a plain link() would link the /proc link itself
+            os.link(f"/proc/self/fd/{fd}", "c.json", dst_dir_fd=dir_fd, follow_symlinks=True)
+        finally:
+            os.close(dir_fd)
+            os.close(fd)  # under its final name now: not a write
         (tmp_path / "b.yaml").write_text("kind: x")
+        (tmp_path / "d.json").write_text("{}")
+        with (tmp_path / "a.json").open("a") as renamed_then_written:
+            renamed_then_written.write(" ")
         (tmp_path / "notes.txt").write_text("not a spec")
         watch.drain()
     finally:
         watch.close()
-    assert watch.renamed == {"a.json"}
-    assert watch.in_place == {"b.yaml"}
+    assert watch.whole == {"c.json"}
+    assert watch.in_place == {"a.json", "b.yaml", "d.json"}
 
 
 def test_a_missing_directory_is_not_watched_and_says_why(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dralet import fsutil
 from dralet.checkpoint.model import Checkpoint
 from dralet.checkpoint.store import CheckpointStore
 from dralet.kubelet import KubeletClaim
@@ -87,3 +89,16 @@ def temp_files(node: Node) -> list[Path]:
         for f in files_under(d)
         if f.name.endswith(".tmp")
     ]
+
+
+def without_unnamed_temp_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``fsutil`` see a filesystem without ``O_TMPFILE``: every write takes the
+    named temp-file route."""
+    real_open = os.open
+
+    def open_(path: str | Path, flags: int, *args: object, **kwargs: object) -> int:
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP), os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fsutil.os, "open", open_)

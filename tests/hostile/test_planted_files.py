@@ -16,7 +16,12 @@ import pytest
 
 from dralet import fsutil
 from dralet.cdi.store import SpecStore
-from tests.hostile.conftest import add_claim, allowed_dirs, assert_written_only_inside
+from tests.hostile.conftest import (
+    add_claim,
+    allowed_dirs,
+    assert_written_only_inside,
+    without_unnamed_temp_files,
+)
 from tests.node.conftest import Node
 
 KIND = "gpu.example.com/claim"
@@ -71,6 +76,14 @@ PLANTS: dict[str, Callable[[Path, Path], None]] = {
 }
 
 
+@pytest.fixture(autouse=True, params=["unnamed", "named"])
+def temp_route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs with unnamed temp files (``O_TMPFILE``) and without."""
+    if request.param == "named":
+        without_unnamed_temp_files(monkeypatch)
+    return str(request.param)
+
+
 def _assert_untouched(victim: Path) -> None:
     assert victim.read_bytes() == SECRET
 
@@ -102,12 +115,15 @@ def _temp_names(target: Path, token: str) -> list[Path]:
     ]
 
 
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "replaced"])
 @pytest.mark.parametrize("kind", sorted(set(PLANTS) - {"directory"}))
 def test_an_entry_planted_at_the_temp_name_is_never_written_through(
-    tmp_path: Path, victim: Path, known_token: str, kind: str
+    tmp_path: Path, victim: Path, known_token: str, kind: str, existing: bool
 ) -> None:
     target = tmp_path / "cdi" / "spec.json"
     target.parent.mkdir()
+    if existing:  # an unnamed temp file then gets a temp name too, on its way in
+        target.write_bytes(b"old content\n")
     for planted in _temp_names(target, known_token):
         PLANTS[kind](planted, victim)
 
@@ -150,25 +166,44 @@ def test_a_hard_link_at_the_target_is_replaced_never_written_through(
 
 
 def test_temp_files_are_created_exclusively_under_unpredictable_names(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, temp_route: str
 ) -> None:
     opened: list[tuple[str, int]] = []
-    real_open = os.open
+    linked: list[str] = []
+    real_open, real_link = fsutil.os.open, fsutil.os.link
 
-    def spy(path: str | Path, flags: int, *args: object, **kwargs: object) -> int:
+    def spy_open(path: str | Path, flags: int, *args: object, **kwargs: object) -> int:
         opened.append((os.fspath(path), flags))
         return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(fsutil.os, "open", spy)
-    fsutil.atomic_write(tmp_path / "a.json", b"1")
-    fsutil.atomic_write(tmp_path / "a.json", b"2")
+    def spy_link(source: str, target: str, **kwargs: object) -> None:
+        linked.append(target)
+        real_link(source, target, **kwargs)  # type: ignore[arg-type]
 
-    temps = [(name, flags) for name, flags in opened if name.endswith(".tmp")]
-    assert len(temps) == 2
-    assert temps[0][0] != temps[1][0]
-    required = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    assert all(flags & required == required for _, flags in temps)
-    assert all(str(os.getpid()) not in name for name, _ in temps)
+    monkeypatch.setattr(fsutil.os, "open", spy_open)
+    monkeypatch.setattr(fsutil.os, "link", spy_link)
+    for content in (b"1", b"2", b"3"):  # created, then replaced twice
+        fsutil.atomic_write(tmp_path / "a.json", content)
+    assert (tmp_path / "a.json").read_bytes() == b"3"
+
+    if temp_route == "unnamed":
+        # Written with no name at all, linked in directly while the target is absent,
+        # and under a fresh temp name (renamed over it) once it exists.
+        unnamed = os.O_TMPFILE | os.O_CLOEXEC
+        assert [f & unnamed == unnamed for name, f in opened if name == "."] == [True] * 3
+        assert not [name for name, _ in opened if name.endswith(".tmp")]
+        assert linked[0] == "a.json"
+        temps = [name for name in linked if name != "a.json"]
+    else:
+        made = [(name, flags) for name, flags in opened if name.endswith(".tmp")]
+        required = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        assert all(flags & required == required for _, flags in made)
+        assert linked == []
+        temps = [name for name, _ in made]
+    assert len(set(temps)) == len(temps) == (2 if temp_route == "unnamed" else 3)
+    assert all(fsutil.is_temp_name(name, target_prefix="a.json") for name in temps)
+    assert all(str(os.getpid()) not in name for name in temps)
+    assert sorted(os.listdir(tmp_path)) == ["a.json"]
 
 
 @contextlib.contextmanager

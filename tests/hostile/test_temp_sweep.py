@@ -11,7 +11,7 @@ import pytest
 
 from dralet import fsutil
 from dralet.cdi.store import SpecStore
-from tests.hostile.conftest import running_node
+from tests.hostile.conftest import running_node, without_unnamed_temp_files
 
 UID = "6f1d2c3b-0000-4000-8000-000000000001"
 OURS = "gpu.example.com-claim"
@@ -73,6 +73,7 @@ def test_a_temp_file_a_live_writer_holds_is_left_alone(tmp_path: Path) -> None:
 def test_a_writer_whose_temp_file_was_swept_before_its_lock_takes_a_new_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    without_unnamed_temp_files(monkeypatch)  # an unnamed temp file cannot be swept
     target = tmp_path / "spec.json"
     real_flock = fcntl.flock
     swept: list[Path] = []
@@ -88,6 +89,26 @@ def test_a_writer_whose_temp_file_was_swept_before_its_lock_takes_a_new_one(
     fsutil.atomic_write(target, b"content")
     monkeypatch.undo()
     assert len(swept) == 1
+    assert target.read_bytes() == b"content"
+    assert sorted(os.listdir(tmp_path)) == ["spec.json"]
+
+
+def test_an_unnamed_temp_file_linked_under_a_temp_name_is_never_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "spec.json"
+    target.write_bytes(b"old")  # so the new file is renamed over it from a temp name
+    real_replace = os.replace
+    swept: list[Path] = []
+
+    def replace_after_a_sweep(*args: object, **kwargs: object) -> None:
+        swept.extend(fsutil.sweep_temp_files(tmp_path))
+        real_replace(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fsutil.os, "replace", replace_after_a_sweep)
+    fsutil.atomic_write(target, b"content")
+    monkeypatch.undo()
+    assert swept == []
     assert target.read_bytes() == b"content"
     assert sorted(os.listdir(tmp_path)) == ["spec.json"]
 

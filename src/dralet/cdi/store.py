@@ -38,8 +38,8 @@ failpoints.declare(
 
 
 SpecStamp = tuple[int, int, int]
-"""A spec file's inode, size and modification time (ns): every rewrite renames a new
-file into place, so an unchanged stamp is the file dralet wrote."""
+"""A spec file's inode, size and modification time (ns): every rewrite puts a new file
+in place (linked or renamed in), so an unchanged stamp is the file dralet wrote."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class SpecStore:
                         results.append(self._write(directory, uid, document, checked=checked))
                 except Exception as exc:  # noqa: BLE001 - this change's own error
                     results.append(exc)
-            # Only a rename or an unlink needs the directory made durable.
+            # Only a new name (link, rename) or an unlink needs the directory made durable.
             if any(r is True or isinstance(r, WrittenSpec) for r in results):
                 try:
                     directory.fsync()

@@ -1,5 +1,6 @@
 """What a container runtime would see in a CDI directory: the specs it can load, and
-(through inotify) whether a spec file was ever written in place rather than renamed in."""
+(through inotify) whether a spec file was ever written in place rather than put there
+whole (renamed in, or linked in from an unnamed temp file)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,14 @@ from dralet.cdi import spec as cdi_spec
 __all__ = ["SPEC_SUFFIXES", "SpecWatch", "defined_devices", "invalid_specs"]
 
 SPEC_SUFFIXES = (".json", ".yaml", ".yml")
-# Creating or writing a file under its final name is writing in place. Closing it is
-# not: a writer that keeps its temp file open (and locked) until after the rename closes
-# it under the final name, with every byte already written and synced.
-IN_PLACE = inotify.IN_CREATE | inotify.IN_MODIFY
+# Writing to a file under its final name is writing in place. A name appearing is not,
+# by itself: a file linked in (``O_TMPFILE`` then ``linkat``) raises IN_CREATE with every
+# byte already written, as a rename raises IN_MOVED_TO. Closing it is not either: a
+# writer that keeps its temp file open (and locked) until it is in place closes it under
+# the final name. (A file created empty and never written is no half-written read; the
+# validity check reports it.)
+IN_PLACE = inotify.IN_MODIFY
+APPEARED = inotify.IN_CREATE | inotify.IN_MOVED_TO
 
 
 def _load(path: Path) -> Any:
@@ -71,11 +76,11 @@ class SpecWatch:
     """An inotify watch on a CDI directory, drained after each call."""
 
     cdi_dir: Path
-    renamed: set[str] = field(default_factory=set)
-    """Spec files that appeared by rename (the atomic way)."""
+    whole: set[str] = field(default_factory=set)
+    """Spec files that appeared whole (renamed or linked in: the atomic ways) and were
+    not written to under their name after."""
     in_place: set[str] = field(default_factory=set)
-    """Spec files created or written under their final name (a runtime may read them
-    half-written)."""
+    """Spec files written under their final name (a runtime may read them half-written)."""
     unwatched: str = ""
     """Why nothing is watched ('' while watching)."""
     _watch: inotify.Inotify | None = None
@@ -88,7 +93,7 @@ class SpecWatch:
             self.unwatched = f"no inotify here: {exc.strerror}"
             return False
         try:
-            watch.add(self.cdi_dir, IN_PLACE | inotify.IN_MOVED_TO)
+            watch.add(self.cdi_dir, IN_PLACE | APPEARED)
         except FileNotFoundError:
             watch.close()
             self.unwatched = f"{self.cdi_dir} did not exist to watch"
@@ -105,10 +110,11 @@ class SpecWatch:
         for event in self._watch.read():
             if not event.name.endswith(SPEC_SUFFIXES):
                 continue
-            if event.mask & inotify.IN_MOVED_TO:
-                self.renamed.add(event.name)
-            elif event.mask & IN_PLACE:
+            if event.mask & IN_PLACE:
                 self.in_place.add(event.name)
+                self.whole.discard(event.name)
+            elif event.mask & APPEARED and event.name not in self.in_place:
+                self.whole.add(event.name)
 
     def close(self) -> None:
         if self._watch is not None:

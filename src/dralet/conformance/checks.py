@@ -403,10 +403,10 @@ def check_atomic_write(run: Run) -> None:
         more = len(watch.in_place) - len(shown)
         files = ", ".join(shown) + (f" and {more} more" if more else "")
         run.record(name, "fail", f"written in place (a runtime may read it half-written): {files}")
-    elif not watch.renamed:
+    elif not watch.whole:
         run.record(name, "skip", "no spec file appeared while watching")
     else:
-        run.record(name, "pass", f"{len(watch.renamed)} spec files renamed into place")
+        run.record(name, "pass", f"{len(watch.whole)} spec files put in place whole")
 
 
 STEPS: tuple[tuple[str, Callable[[Run], Awaitable[None]]], ...] = (
