@@ -75,3 +75,30 @@ async def test_a_body_that_raises_releases_both_locks(tmp_path: Path) -> None:
 async def _enter(store: RecordStore, uid: str) -> None:
     async with store.claim_lock(uid):
         pass
+
+
+async def test_several_claims_locked_at_once_are_all_given_back(tmp_path: Path) -> None:
+    store, other = _store(tmp_path), _store(tmp_path)
+    with pytest.raises(RuntimeError, match="boom"):
+        async with store.claim_locks(["uid-c", "uid-a", "uid-b", "uid-a"]):
+            assert sorted(store._claim_locks) == ["uid-a", "uid-b", "uid-c"]
+            raise RuntimeError("boom")
+    assert store._claim_locks == {}
+    # Cancelled while waiting for the last: the ones it already took are given back too.
+    async with other.claim_lock("uid-c"):
+        waiter = asyncio.create_task(_enter_all(store, ["uid-a", "uid-b", "uid-c"]))
+        await asyncio.sleep(0.05)
+        assert sorted(store._claim_locks) == ["uid-a", "uid-b", "uid-c"]
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+    assert store._claim_locks == {}
+    async with asyncio.timeout(5), other.claim_locks(["uid-a", "uid-b", "uid-c"]):
+        pass
+    await store.close()
+    await other.close()
+
+
+async def _enter_all(store: RecordStore, uids: list[str]) -> None:
+    async with store.claim_locks(uids):
+        pass

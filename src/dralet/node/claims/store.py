@@ -212,10 +212,20 @@ class RecordStore:
     async def claim_locks(self, uids: Sequence[str]) -> AsyncIterator[None]:
         """``claim_lock`` of several claims at once, taken in UID order (so two holders
         of several never wait on each other in a circle)."""
-        async with contextlib.AsyncExitStack() as held:
+        held: list[tuple[str, asyncio.Lock]] = []  # not an AsyncExitStack: 10,000 at a reboot
+        try:
             for uid in sorted(set(uids)):
-                await held.enter_async_context(self.claim_lock(uid))
+                held.append((uid, await self.lock_claim(uid)))
             yield
+        finally:
+            failure: BaseException | None = None
+            for uid, lock in reversed(held):
+                try:
+                    self.unlock_claim(uid, lock)
+                except BaseException as exc:  # noqa: BLE001 - the others are still given back
+                    failure = failure or exc
+            if failure is not None:
+                raise failure
 
     def claim_lock(self, uid: str) -> ClaimLock:
         """``async with``: all work on the claim, serialised in-process and with every
