@@ -42,7 +42,8 @@ class DriverSettings:
     max_parallel_api_calls: int = 16
     """Kubernetes API requests (claim reads, finalizer patches) in flight at once."""
     max_parallel_backend_calls: int = 16
-    """Backend ``prepare``/``release`` calls in flight at once."""
+    """Backend ``prepare``/``release`` calls in flight at once (and an async backend's
+    ``survives_reboot`` checks after a reboot)."""
     backend_call_timeout: float = 30.0
     """Seconds one backend call (``prepare_claim``, ``release_claim``, ``devices`` …) may
     take; a call past it fails its claim with a retryable error and is rolled back. 0: no
