@@ -330,17 +330,17 @@ def atomic_write(
 ) -> None:
     """Replace ``path`` with ``data`` atomically and durably.
 
-    ``sync_dir=False`` leaves the directory's fsync (which makes the rename durable) to
-    the caller, who may then make several renames durable with one ``fsync_dir`` (or
-    write them all through one ``Directory``).
+    ``sync_dir=False`` leaves the directory's fsync (which makes the new name durable)
+    to the caller, who may then make several durable with one ``fsync_dir`` (or write
+    them all through one ``Directory``).
 
-    The temp file starts with a dot and ends in ``.tmp``: CDI runtimes load only
-    ``.json``/``.yaml`` files and the kubelet ignores dot files, so a half-written temp
-    file is never picked up. Anything but a regular file at ``path`` (a symlink, FIFO,
-    socket, device or directory) is never replaced: ``UnsafeFileError`` names it. A
-    regular file there is replaced by the rename, never written through, so a hard link
-    to it elsewhere keeps its content. On any error the temp file is removed and
-    ``path`` keeps its previous content.
+    The temp file has no name until it is whole, or (the named route) starts with a dot
+    and ends in ``.tmp``: CDI runtimes load only ``.json``/``.yaml`` files and the
+    kubelet ignores dot files, so a half-written temp file is never picked up. Anything
+    but a regular file at ``path`` (a symlink, FIFO, socket, device or directory) is
+    never replaced: ``UnsafeFileError`` names it. A regular file there is replaced by a
+    rename, never written through, so a hard link to it elsewhere keeps its content. On
+    any error the temp file is gone and ``path`` keeps its previous content.
     """
     with Directory(path.parent) as directory:
         directory.replace(path.name, data, mode=mode, failpoint=failpoint)
