@@ -79,10 +79,16 @@ async def _enter(store: RecordStore, uid: str) -> None:
 
 async def test_several_claims_locked_at_once_are_all_given_back(tmp_path: Path) -> None:
     store, other = _store(tmp_path), _store(tmp_path)
-    with pytest.raises(RuntimeError, match="boom"):
+    held: list[str] = []
+
+    async def hold_and_fail() -> None:
         async with store.claim_locks(["uid-c", "uid-a", "uid-b", "uid-a"]):
-            assert sorted(store._claim_locks) == ["uid-a", "uid-b", "uid-c"]
+            held.extend(sorted(store._claim_locks))
             raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await hold_and_fail()
+    assert held == ["uid-a", "uid-b", "uid-c"]
     assert store._claim_locks == {}
     # Cancelled while waiting for the last: the ones it already took are given back too.
     async with other.claim_lock("uid-c"):
