@@ -14,10 +14,11 @@ What this sandbox needs for it, each set below with the reason:
 - pods use the host network; the CNI config is loopback only, so containerd reports the
   network ready without creating bridges.
 
-Everything lives under one temporary root (the kubelet's ``--root-dir``, containerd's root
-and state, the CDI dir) except the container logs the kubelet writes to /var/log/pods and
-/var/log/containers (its fixed paths), which are removed for this node's pods at the end;
-mounts under the root are unmounted.
+Everything lives under one temporary root (the kubelet's ``--root-dir`` and ``--cert-dir``,
+containerd's root and state, the CDI dir) except what the kubelet writes to its fixed
+paths: the container logs in /var/log/pods and /var/log/containers, removed for this
+node's pods at the end, and its device plugin socket dir /var/lib/kubelet/device-plugins,
+removed at the end when the host had none before; mounts under the root are unmounted.
 """
 
 from __future__ import annotations
@@ -197,6 +198,8 @@ def real_kubelet(
     containerd: subprocess.Popen[bytes] | None = None
     kubelet: subprocess.Popen[bytes] | None = None
     logs_before = {d: set(_entries(d)) for d in LOG_DIRS}
+    # The outermost of the kubelet's fixed dirs the host lacks: all of it is this kubelet's.
+    made_on_host = next((d for d in DEVICE_PLUGIN_DIRS if not os.path.lexists(d)), None)
     try:
         (root / "cdi").mkdir()
         node_ip = _node_ip()
@@ -216,6 +219,7 @@ def real_kubelet(
                     "--config", str(kubelet_config),
                     "--kubeconfig", str(admin_kubeconfig),
                     "--root-dir", str(root / "kubelet"),
+                    "--cert-dir", str(root / "kubelet" / "pki"),
                     "--hostname-override", node_name,
                     "--node-ip", node_ip,
                 ],
@@ -247,11 +251,15 @@ def real_kubelet(
                     shutil.rmtree(path, ignore_errors=True)
                 else:
                     path.unlink(missing_ok=True)
+        if made_on_host is not None:
+            shutil.rmtree(made_on_host, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 
 
 LOG_DIRS = (Path("/var/log/pods"), Path("/var/log/containers"))
 """Where a kubelet writes container logs, whatever its root dir."""
+DEVICE_PLUGIN_DIRS = (Path("/var/lib/kubelet"), Path("/var/lib/kubelet/device-plugins"))
+"""The device manager's socket dir (a fixed path, whatever the root dir), with its parent."""
 
 
 def _entries(directory: Path) -> list[Path]:

@@ -133,7 +133,9 @@ def test_flag_defaults_are_the_settings_defaults() -> None:
 def test_hostdev_without_a_usable_config_is_one_line(
     tmp_path: Path, config: str | None, message: str
 ) -> None:
-    args = ["--standalone", "--driver", "hostdev", "--plugin-dir", str(tmp_path / "p")]
+    node = tmp_path / "node"  # none of its directories exist yet
+    args = ["--standalone", "--driver", "hostdev", "--plugin-dir", str(node / "plugins" / "p")]
+    args += ["--registry-dir", str(node / "registry"), "--cdi-dir", str(node / "run" / "cdi")]
     if config is not None:
         (tmp_path / "hostdev.yaml").write_text(config)
         args += ["--config", str(tmp_path / "hostdev.yaml")]
@@ -142,3 +144,5 @@ def test_hostdev_without_a_usable_config_is_one_line(
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("Error:")]
     assert message in line
     assert "Traceback" not in result.stderr
+    # Bad input changes nothing: the directories made at start are gone again.
+    assert not node.exists(), sorted(str(p) for p in node.rglob("*"))

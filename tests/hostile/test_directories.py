@@ -99,7 +99,7 @@ def test_a_directory_writable_by_others_is_refused_or_if_ours_repaired(
             directories.prepare_directories(settings)
         assert stat.S_IMODE(path.stat().st_mode) == 0o777  # another program's choice
         return
-    notes = directories.prepare_directories(settings)
+    notes = directories.prepare_directories(settings).notes
     assert stat.S_IMODE(path.stat().st_mode) == 0o700  # the driver's own: tightened
     assert [n for n in notes if n.startswith(f"{role} {path} ")] != []
 
@@ -110,7 +110,7 @@ def test_a_shared_directory_may_be_a_symlink_to_a_real_one(tmp_path: Path) -> No
     real.mkdir(mode=0o755)
     settings.cdi_dir.parent.mkdir(parents=True, exist_ok=True)
     settings.cdi_dir.symlink_to(real)
-    assert directories.prepare_directories(settings) == []
+    assert directories.prepare_directories(settings).notes == []
 
 
 def test_an_ancestor_writable_by_others_without_sticky_bit_is_refused(tmp_path: Path) -> None:
@@ -132,6 +132,48 @@ def test_a_directory_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     os.chown(settings.cdi_dir, 12345, 12345)
     with pytest.raises(directories.DirectoryError, match="is owned by uid 12345"):
         directories.prepare_directories(settings)
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_a_refused_directory_leaves_none_of_those_made_before_it(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    settings = _settings(root)
+    settings.cdi_dir.parent.parent.mkdir(exist_ok=True)
+    settings.cdi_dir.parent.write_text("a file where the CDI dir's parent belongs\n")
+    before = _tree(tmp_path)
+
+    with pytest.raises(directories.DirectoryError, match="cannot be looked up: Not a directory"):
+        directories.prepare_directories(settings)
+
+    # The plugin dir and the registry dir (with their parents) were made, then removed again.
+    assert _tree(tmp_path) == before
+
+
+def test_undo_removes_only_what_was_made_and_is_still_empty(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    settings.cdi_dir.mkdir(parents=True)  # the runtime's already: never removed
+    prepared = directories.prepare_directories(settings)
+    assert set(prepared.made) == {
+        settings.plugin_dir.parent,
+        settings.plugin_dir,
+        settings.registry_dir.parent,
+        settings.registry_dir,
+        settings.backend_state_dir.parent,
+        settings.backend_state_dir,
+    }
+    assert prepared.made.index(settings.registry_dir.parent) < prepared.made.index(
+        settings.registry_dir
+    )
+    (settings.plugin_dir / "dralet.db").write_text("")  # a start that got as far as writing
+
+    prepared.undo()
+
+    assert settings.plugin_dir.is_dir() and settings.cdi_dir.is_dir()
+    assert not settings.registry_dir.parent.exists()
+    assert not settings.backend_state_dir.parent.exists()
 
 
 def test_missing_directories_are_created_with_their_modes(tmp_path: Path) -> None:

@@ -11,15 +11,18 @@ not be writable by group or other unless it has the sticky bit (like ``/tmp``), 
 another user could swap the directory itself.
 
 Every fault is one ``DirectoryError`` naming the directory and what is wrong with it;
-``dralet run`` logs it as one line and exits with ``EXIT_UNUSABLE_DIRECTORY``.
+``dralet run`` logs it as one line and exits with ``EXIT_UNUSABLE_DIRECTORY``. A start
+that fails removes again the directories it made (``Prepared.undo``), so bad input
+leaves the node as it found it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dralet import errors, fsutil
@@ -30,6 +33,7 @@ __all__ = [
     "EXIT_UNUSABLE_DIRECTORY",
     "DirectoryError",
     "DirectoryRule",
+    "Prepared",
     "prepare_directories",
     "rules_for",
     "sweep_temp_files",
@@ -75,28 +79,37 @@ def _fail(rule: DirectoryRule, problem: str) -> DirectoryError:
     return DirectoryError(f"{rule.role} {rule.path} {problem}")
 
 
-def _create(rule: DirectoryRule) -> None:
-    try:
-        rule.path.mkdir(parents=True, mode=rule.mode)
-    except OSError as exc:
-        if isinstance(exc, FileExistsError) and os.path.lexists(rule.path):
-            return  # made by someone else in the meantime: checked like any other
-        where = ""
-        if exc.filename and exc.filename != str(rule.path):
-            where = f" ({exc.filename})"
-            if os.path.islink(exc.filename):
-                where = (
-                    f" ({exc.filename} is a dangling symbolic link to {os.readlink(exc.filename)})"
-                )
-        raise _fail(rule, f"cannot be created: {exc.strerror}{where}") from exc
+def _create(rule: DirectoryRule, made: list[Path]) -> None:
+    """Create the directory and any missing parents one level at a time, so ``made``
+    lists exactly the ones this call created (a level another program creates in the
+    meantime is not ours)."""
+    missing: list[Path] = []
+    path = rule.path
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for level in reversed(missing):
+        try:
+            # Parents as ``mkdir -p`` makes them; the directory itself with its mode.
+            os.mkdir(level, rule.mode if level == rule.path else 0o777)
+        except FileExistsError:
+            continue  # made by someone else in the meantime: checked like any other
+        except OSError as exc:
+            parent, where = level.parent, ""
+            if os.path.islink(parent) and not os.path.exists(parent):
+                where = f" ({parent} is a dangling symbolic link to {os.readlink(parent)})"
+            elif level != rule.path:
+                where = f" ({level})"
+            raise _fail(rule, f"cannot be created: {exc.strerror}{where}") from exc
+        made.append(level)
 
 
-def _follow(rule: DirectoryRule) -> os.stat_result:
+def _follow(rule: DirectoryRule, made: list[Path]) -> os.stat_result:
     """``stat`` of the directory, with a clear message for each way it can be broken."""
     try:
         link = os.lstat(rule.path)
     except FileNotFoundError:
-        _create(rule)
+        _create(rule, made)
         link = os.lstat(rule.path)
     except OSError as exc:
         raise _fail(rule, f"cannot be looked up: {exc.strerror}") from exc
@@ -126,9 +139,9 @@ def _check_ancestors(rule: DirectoryRule) -> None:
             )
 
 
-def _check(rule: DirectoryRule) -> str | None:
+def _check(rule: DirectoryRule, made: list[Path]) -> str | None:
     """Check (and create or repair) one directory; returns a note on any repair made."""
-    st = _follow(rule)
+    st = _follow(rule, made)
     if not stat.S_ISDIR(st.st_mode):
         raise _fail(rule, f"is {fsutil.file_kind(st.st_mode)}, not a directory")
     euid = os.geteuid()
@@ -151,18 +164,40 @@ def _check(rule: DirectoryRule) -> str | None:
     )
 
 
-def prepare_directories(settings: DriverSettings) -> list[str]:
+@dataclass(frozen=True)
+class Prepared:
+    """What ``prepare_directories`` did."""
+
+    notes: list[str] = field(default_factory=list)
+    """One per repair made."""
+    made: list[Path] = field(default_factory=list)
+    """The directories it created, parents before children."""
+
+    def undo(self) -> None:
+        """Remove the directories it created that are still empty (a start that failed
+        leaves nothing behind; one that wrote into them keeps them)."""
+        for path in reversed(self.made):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def prepare_directories(settings: DriverSettings) -> Prepared:
     """Check every directory the driver uses, creating missing ones.
 
-    Returns a note for each repair made; raises ``DirectoryError`` for the first
-    directory that cannot be used.
+    Returns a note for each repair made and the directories created; raises
+    ``DirectoryError`` for the first directory that cannot be used, after removing the
+    ones this call created.
     """
-    notes: list[str] = []
-    for rule in rules_for(settings):
-        note = _check(rule)
-        if note is not None:
-            notes.append(note)
-    return notes
+    prepared = Prepared()
+    try:
+        for rule in rules_for(settings):
+            note = _check(rule, prepared.made)
+            if note is not None:
+                prepared.notes.append(note)
+    except BaseException:
+        prepared.undo()
+        raise
+    return prepared
 
 
 def sweep_temp_files(settings: DriverSettings) -> list[Path]:

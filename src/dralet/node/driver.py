@@ -114,7 +114,8 @@ class Driver:
     async def start(self) -> None:
         """Check the inputs, recover, serve and register; returns once the kubelet can
         call the driver. Nothing is created before the API access is resolved; on any
-        failure everything started so far is stopped again before the error is raised:
+        failure everything started so far is stopped again, and the directories it made
+        that are still empty are removed, before the error is raised:
         ``access.ApiAccessError`` (API access unusable), ``directories.DirectoryError``
         (a directory unusable), ``DriverStartError`` (the factory failed), or
         ``PermanentError`` (a socket in use, say)."""
@@ -123,7 +124,8 @@ class Driver:
         self._started = True
         s = self.settings
         api = s.api.resolve()
-        for note in directories.prepare_directories(s.driver):  # before the backend's setup
+        prepared = directories.prepare_directories(s.driver)  # before the backend's setup
+        for note in prepared.notes:
             log.warning("%s", note)
         try:
             self._backend = self._make_backend()
@@ -144,6 +146,7 @@ class Driver:
             self._hand_publish_to_backend()
         except BaseException:
             await self._close()
+            prepared.undo()  # a driver config refused by its factory changes nothing
             raise
 
     async def _connected(self, api: access.ApiAccess) -> NodeServer:

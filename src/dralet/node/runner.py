@@ -143,7 +143,7 @@ class NodeServer:
 
     async def start(self) -> None:
         s = self.settings
-        for note in directories.prepare_directories(s):
+        for note in directories.prepare_directories(s).notes:
             log.warning("%s", note)
         # Before recovery: no write of this process is in flight yet, and a leftover a
         # live writer of another instance still holds is left alone.
