@@ -1,9 +1,11 @@
-"""Shared fixtures: a per-test task-leak check, temporary node directories and the real
-Kubernetes control plane (one per session, started by the first test that needs it)."""
+"""Shared fixtures: per-test checks that no task is leaked and no host path is touched,
+temporary node directories and the real Kubernetes control plane (one per session,
+started by the first test that needs it)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -29,6 +31,23 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
         await asyncio.sleep(0)  # give just-cancelled tasks one turn to finish
         leftover = [t for t in leftover if not t.done()]
     assert not leftover, f"test leaked tasks: {[t.get_name() for t in leftover]}"
+
+
+HOST_PATHS = ("/etc/cdi", "/var/run/cdi", "/var/lib/kubelet")
+"""Where drivers, runtimes and kubelets keep their files by default. Every test names
+directories of its own, so none may create or remove one of these."""
+
+
+@pytest.fixture(autouse=True)
+def _host_untouched() -> Iterator[None]:
+    before = {path: os.path.lexists(path) for path in HOST_PATHS}
+    yield
+    changed = [
+        f"{path} {'created' if not existed else 'removed'}"
+        for path, existed in before.items()
+        if os.path.lexists(path) != existed
+    ]
+    assert not changed, f"the test changed the host: {', '.join(changed)}"
 
 
 @pytest.fixture(autouse=True)
