@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -28,45 +32,20 @@ def document(size: int, tag: str) -> dict[str, object]:
     return cdi_spec.to_json(cdi_spec.Spec(kind=KIND, devices=devices))
 
 
-def test_a_reader_never_sees_a_half_written_spec(tmp_path: Path) -> None:
-    store = SpecStore(tmp_path, KIND)
-    small, large = document(1, "small"), document(64, "large")  # ~40 KiB: many write() calls
-    store.write(UID, small)
-    path = store.path_for(UID)
+@dataclass
+class Reads:
+    seen: collections.Counter[str] = field(default_factory=collections.Counter)
+    """Whole documents read, by their TAG."""
+    torn: list[str] = field(default_factory=list)
+    """The start of every read that was not a whole document."""
+
+
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[Reads]:
+    """A thread reading ``path`` over and over (a missing file is skipped) while the
+    block runs."""
+    reads = Reads()
     stop = threading.Event()
-    seen: dict[str, int] = {"small": 0, "large": 0}
-    torn: list[str] = []
-
-    def read_loop() -> None:
-        while not stop.is_set():
-            raw = path.read_bytes()
-            try:
-                tag = json.loads(raw)["devices"][0]["containerEdits"]["env"][0]
-            except (ValueError, KeyError, IndexError):
-                torn.append(raw[:80].decode(errors="replace"))
-                continue
-            seen[tag.removeprefix("TAG=")] += 1
-
-    reader = threading.Thread(target=read_loop)
-    reader.start()
-    try:
-        for i in range(300):
-            store.write(UID, large if i % 2 else small)
-    finally:
-        stop.set()
-        reader.join()
-    assert torn == []
-    assert seen["small"] and seen["large"], seen  # the reader really saw both versions
-    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
-
-
-def test_a_reader_never_sees_a_new_spec_half_written(tmp_path: Path) -> None:
-    """A spec created anew (linked in whole) is absent or complete, never partial."""
-    store = SpecStore(tmp_path, KIND)
-    large = document(64, "large")
-    path = store.path_for(UID)
-    stop = threading.Event()
-    seen, torn = [0], []
 
     def read_loop() -> None:
         while not stop.is_set():
@@ -75,23 +54,43 @@ def test_a_reader_never_sees_a_new_spec_half_written(tmp_path: Path) -> None:
             except FileNotFoundError:
                 continue
             try:
-                json.loads(raw)
-            except ValueError:
-                torn.append(raw[:80].decode(errors="replace"))
+                tag = json.loads(raw)["devices"][0]["containerEdits"]["env"][0]
+            except (ValueError, KeyError, IndexError):
+                reads.torn.append(raw[:80].decode(errors="replace"))
                 continue
-            seen[0] += 1
+            reads.seen[tag.removeprefix("TAG=")] += 1
 
     reader = threading.Thread(target=read_loop)
     reader.start()
     try:
-        for _ in range(300):
-            store.write(UID, large)
-            store.remove(UID)
+        yield reads
     finally:
         stop.set()
         reader.join()
-    assert torn == []
-    assert seen[0]
+
+
+def test_a_reader_never_sees_a_half_written_spec(tmp_path: Path) -> None:
+    store = SpecStore(tmp_path, KIND)
+    small, large = document(1, "small"), document(64, "large")  # ~40 KiB: many write() calls
+    store.write(UID, small)
+    with reading(store.path_for(UID)) as reads:
+        for i in range(300):
+            store.write(UID, large if i % 2 else small)
+    assert reads.torn == []
+    assert reads.seen["small"] and reads.seen["large"], reads.seen  # it really saw both
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_a_reader_never_sees_a_new_spec_half_written(tmp_path: Path) -> None:
+    """A spec created anew (linked in whole) is absent or complete, never partial."""
+    store = SpecStore(tmp_path, KIND)
+    large = document(64, "large")
+    with reading(store.path_for(UID)) as reads:
+        for _ in range(300):
+            store.write(UID, large)
+            store.remove(UID)
+    assert reads.torn == []
+    assert reads.seen["large"]
     assert os.listdir(tmp_path) == []
 
 
