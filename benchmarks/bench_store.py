@@ -169,6 +169,9 @@ async def one_call(
     return elapsed
 
 
+LIFECYCLE_COMMITS = 4
+
+
 @dataclass
 class Floor:
     """One lifecycle's floor parts, each sampled right after a lifecycle (so both see the
@@ -186,9 +189,11 @@ class Floor:
         return commit, spec, rpc
 
     def total(self) -> float:
-        """5 commits + one spec write and removal + 2 round trips."""
+        """The commits of one lifecycle (prepare: intent, completion; unprepare:
+        UnprepareStarted, the record's removal) + one spec write and removal + 2 round
+        trips."""
         commit, spec, rpc = self.medians()
-        return 5 * commit + spec + 2 * rpc
+        return LIFECYCLE_COMMITS * commit + spec + 2 * rpc
 
 
 async def sample_floor(
@@ -421,7 +426,7 @@ async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]
          f"{ext4_prepare:.3f} s = {BATCH / ext4_prepare:,.0f} claims/s", ""),
         (f"  unprepare of the 1,000 in one call, median of {BATCH_REPEATS}",
          f"{batch_unprepare:.3f} s = {BATCH / batch_unprepare:,.0f} claims/s", ""),
-        ("one lifecycle / its floor (5 commits + spec + 2 RPCs)",
+        (f"one lifecycle / its floor ({LIFECYCLE_COMMITS} commits + spec + 2 RPCs)",
          f"{p50_empty * 1e3:.2f} / {floor * 1e3:.2f} ms", f"{p50_empty / floor:.2f}x"),
         ("  the same over the floor sampled alone, after",
          f"{p50_empty * 1e3:.2f} / {floor_alone.total() * 1e3:.2f} ms",

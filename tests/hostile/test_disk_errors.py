@@ -20,9 +20,8 @@ FINALIZER = "gpu.example.com/prepared"
         ("cdi.write.after-fsync", 1),
         ("store.commit.before", 1),  # recording the intent
         ("store.commit.after", 1),  # the intent is durable, then the error
-        ("store.commit.before", 2),  # recording the device's state
-        ("store.commit.after", 2),
-        ("store.commit.before", 3),  # recording the completion
+        ("store.commit.before", 2),  # recording the completion
+        ("store.commit.after", 2),  # the completion is durable, then the error
     ],
 )
 async def test_write_error_fails_the_claim_and_changes_nothing(

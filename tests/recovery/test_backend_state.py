@@ -28,7 +28,6 @@ PREPARE_POINTS = [
     "ledger.prepare.after-finalizer",
     "backend.prepare.before",
     "backend.prepare.after",
-    "ledger.prepare.after-device-recorded",
     "ledger.prepare.after-backend",
     "cdi.write.after-rename",
     "ledger.prepare.after-spec",

@@ -4,10 +4,13 @@ Every path is observe → plan → execute under the claim's lock. A claim UID f
 ``NodePrepareResources`` to its CDI file and record, one named function per line:
 
     service._DRAImplementation.prepare → service.parse_claims (the edge's checks)
-    ClaimEngine.prepare → _run_call → _worker (a fair slot) → _timed (errors acted on)
-    _prepare_claim (claim lock, temporary errors retried) → _prepare_planned
-        (observe → plan.plan_prepare) → execute.Steps.prepare_fresh
-        → RecordStore.intent/put (records, group-committed) / SpecStore.write (the CDI file)
+    ClaimEngine.prepare → _run_call → _prepare_groups (a group: fair slots)
+    _prepare_group (the group's claim locks, observe_group → plan.plan_prepare)
+        → execute.Steps.prepare_fresh_many (each step once for the whole group)
+        → RecordStore.intents/put_many (one commit each) / SpecWriter.write_many (the
+          CDI files) → _answered (errors acted on, per claim)
+    A claim with interrupted work to finish first, or one that failed temporarily, goes
+    on alone: _timed → _prepare_claim (claim lock, retries) → _prepare_planned.
 
 Unprepare, recovery at start, stale-claim cleanup and ``dralet audit --fix`` plan with
 the same ``plan`` functions and execute through the same ``Steps`` (``settle``).
@@ -21,6 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from dralet import errors, gcpause, logs
 from dralet.cdi import store as cdi_store
@@ -75,6 +79,14 @@ INLINE_CHECKS = 8
 worker thread together."""
 
 _Check = tuple[str, ClaimRecord | None, "asyncio.Future[bool]"]
+_A = TypeVar("_A")
+
+
+def _outcome_of(_: ClaimRef, result: ClaimRecord | BaseException) -> PrepareOutcome:
+    """A grouped prepare's answer: the claim's devices, or its error raised."""
+    if isinstance(result, BaseException):
+        raise result
+    return PrepareOutcome(devices=result.devices)
 
 
 def _settle_checks(
@@ -203,7 +215,9 @@ class ClaimEngine:
             raise
         _settle_checks(pending, answers)
 
-    def _check_all(self, pending: Sequence[_Check]) -> list[bool | BaseException]:
+    def _check_all(
+        self, pending: Sequence[tuple[str, ClaimRecord | None, object]]
+    ) -> list[bool | BaseException]:
         answers: list[bool | BaseException] = []
         for uid, record, _ in pending:
             try:
@@ -211,6 +225,27 @@ class ClaimEngine:
             except Exception as exc:  # noqa: BLE001 - that claim's observation fails
                 answers.append(exc)
         return answers
+
+    async def observe_group(self, uids: Sequence[str]) -> list[ClaimView | BaseException]:
+        """``observe`` of several claims (their locks held): their records read in one
+        query, their files checked together (a few inline, more in one worker thread);
+        a view each, or the error of checking that claim's files."""
+        found: Mapping[str, tuple[ClaimRecord | None, str]] = {}
+        if not self.mode.fail_closed:
+            try:
+                found = self.store.records_now(uids)
+            except errors.CheckpointCorruptError as exc:
+                self.enter_fail_closed(exc)
+        seen = [(uid, *found.get(uid, (None, self.mode.fail_closed))) for uid in uids]
+        present = (
+            self._check_all(seen)
+            if len(seen) <= INLINE_CHECKS
+            else await asyncio.to_thread(self._check_all, seen)
+        )
+        return [
+            answer if isinstance(answer, BaseException) else self._view(uid, r, closed, answer)
+            for (uid, r, closed), answer in zip(seen, present, strict=True)
+        ]
 
     def observe_many(
         self, uids: Sequence[str], *, known: Snapshot | None = None
@@ -263,11 +298,15 @@ class ClaimEngine:
         a claim not started yet is not started.
         """
         queue = list(reversed(call.refs))
-        one = self._prepare_claim if call.operation == "prepare" else self._unprepare_claim
-        workers = [
-            self.work.spawn(f"{call.operation}-worker", self._worker(call, queue, one))
-            for _ in range(min(len(queue), self.settings.max_parallel_claims))
-        ]
+        if call.operation == "prepare":
+            workers = [self.work.spawn("prepare-worker", self._prepare_groups(call, queue))]
+        else:
+            workers = [
+                self.work.spawn(
+                    f"{call.operation}-worker", self._worker(call, queue, self._unprepare_claim)
+                )
+                for _ in range(min(len(queue), self.settings.max_parallel_claims))
+            ]
         bulk = gcpause.paused() if len(call.refs) >= GC_PAUSE_CLAIMS else contextlib.nullcontext()
         try:
             with bulk:
@@ -287,6 +326,110 @@ class ClaimEngine:
                     f"({self.settings.call_budget:g} s); retry"
                 )
         return {ref.uid: call.outcomes[ref.uid] for ref in call.refs}
+
+    async def _prepare_groups(self, call: _Call, queue: list[ClaimRef]) -> None:
+        """Prepare a call's claims in groups, each as many claims as it got slots for:
+        one slot in the call's turn, and then every slot free at that moment."""
+        while queue:
+            held = await self._slots.acquire_some(call, len(queue))
+            group = [queue.pop() for _ in range(min(held, len(queue)))]
+            try:
+                if not group or time.monotonic() >= call.deadline:
+                    return
+                self._slots.release(held - len(group))
+                held = len(group)
+                await self._prepare_group(call, group)
+            finally:
+                self._slots.release(held)
+            await asyncio.sleep(0)  # other calls' groups get their turn
+
+    async def _prepare_group(self, call: _Call, group: Sequence[ClaimRef]) -> None:
+        """Observe and plan a group of claims under their locks; answer those prepared
+        already, and prepare those without a record together (``prepare_fresh_many``).
+        A claim with interrupted work to finish first, a claim named twice, and a claim
+        that failed temporarily (once its delay has passed) take the one-claim route."""
+        started = time.perf_counter()
+        fresh: list[ClaimRef] = []
+        alone: list[tuple[ClaimRef, float]] = []
+        uids = [ref.uid for ref in group]
+        if len(set(uids)) < len(uids):
+            alone = [(ref, 0.0) for ref in group]
+            group, uids = [], []
+        results: Sequence[ClaimRecord | BaseException] = ()
+        try:
+            async with self.store.claim_locks(uids):
+                views = await self.observe_group(uids)
+                for ref, view in zip(group, views, strict=True):
+                    if isinstance(view, BaseException):
+                        self._answered(call, ref, started, _outcome_of, view)
+                        continue
+                    actions = plan.plan_prepare(view)
+                    if actions == [plan.Action.PREPARE]:
+                        fresh.append(ref)
+                    elif actions == [plan.Action.ANSWER_PREPARED]:
+                        self._answered(call, ref, started, self._prepared_answer, view)
+                    else:
+                        alone.append((ref, 0.0))
+                if fresh:
+                    results = await self.steps.prepare_fresh_many(fresh)
+        except errors.IrreversibleError:
+            raise
+        except Exception:
+            # Not any one claim's failure: each claim not answered yet goes on alone,
+            # where whatever failed fails that claim (observe → plan finishes any work
+            # the group left half done).
+            log.warning("a group of claims goes on one by one", exc_info=True)
+            results = ()
+            alone = [(ref, 0.0) for ref in group if ref.uid not in call.outcomes]
+            fresh = []
+        irreversible: BaseException | None = None
+        for ref, result in zip(fresh, results, strict=True):
+            if isinstance(result, errors.IrreversibleError) or not isinstance(
+                result, ClaimRecord | Exception
+            ):
+                irreversible = irreversible or result
+            elif (
+                isinstance(result, errors.TemporaryError)
+                and time.monotonic() + result.delay < call.deadline
+            ):
+                log.info(
+                    "prepare failed temporarily (%s); retrying in %g s",
+                    result,
+                    result.delay,
+                    extra={"claim_uid": ref.uid},
+                )
+                alone.append((ref, result.delay))
+            else:
+                self._answered(call, ref, started, _outcome_of, result)
+        if alone:
+            await asyncio.gather(*(self._alone(call, ref, delay) for ref, delay in alone))
+        if irreversible is not None:
+            raise irreversible
+
+    def _answered(
+        self,
+        call: _Call,
+        ref: ClaimRef,
+        started: float,
+        answer: Callable[[ClaimRef, _A], PrepareOutcome],
+        given: _A,
+    ) -> None:
+        """Record a group's claim's answer (the error taxonomy acted on) and its metric."""
+        try:
+            outcome = answer(ref, given)
+        except Exception as exc:  # noqa: BLE001 - the claim's answer
+            with logs.bind(claim_uid=ref.uid, claim=f"{ref.namespace}/{ref.name}"):
+                outcome = self._failure(call.operation, ref, exc)
+        call.outcomes[ref.uid] = outcome
+        result = "error" if outcome.error else "success"
+        self.metrics.operation_done(call.operation, result, time.perf_counter() - started)
+
+    async def _alone(self, call: _Call, ref: ClaimRef, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        call.outcomes[ref.uid] = await self._timed(
+            call.operation, ref, call.deadline, self._prepare_claim
+        )
 
     async def _worker(
         self,
@@ -337,19 +480,29 @@ class ClaimEngine:
             return outcome
         except (asyncio.CancelledError, errors.IrreversibleError):
             raise
-        except errors.TemporaryError as exc:
+        except Exception as exc:  # noqa: BLE001 - the claim's answer
+            return self._failure(operation, ref, exc)
+        finally:
+            self.metrics.operation_done(operation, result, time.perf_counter() - started)
+
+    @staticmethod
+    def _failure(operation: str, ref: ClaimRef, exc: Exception) -> PrepareOutcome:
+        """A claim's answer for the error its work failed with (never Irreversible)."""
+        if isinstance(exc, errors.TemporaryError):
             return PrepareOutcome(error=f"{operation} failed temporarily: {exc}; retry")
-        except errors.DraletError as exc:
+        if isinstance(exc, errors.DraletError):
             message = str(exc)
             if not message.startswith(operation):  # say what failed once, never twice
                 message = f"{operation} failed: {message}"
             log.warning("%s", message, extra={"claim_uid": ref.uid})
             return PrepareOutcome(error=str(exc))
-        except Exception as exc:
-            log.exception("%s failed unexpectedly", operation, extra={"claim_uid": ref.uid})
-            return PrepareOutcome(error=f"{operation} failed: {type(exc).__name__}: {exc}")
-        finally:
-            self.metrics.operation_done(operation, result, time.perf_counter() - started)
+        log.error(
+            "%s failed unexpectedly",
+            operation,
+            exc_info=(type(exc), exc, exc.__traceback__),
+            extra={"claim_uid": ref.uid},
+        )
+        return PrepareOutcome(error=f"{operation} failed: {type(exc).__name__}: {exc}")
 
     async def _prepare_claim(self, ref: ClaimRef, deadline: float) -> PrepareOutcome:
         """One claim's prepare; a ``TemporaryError`` is retried after its delay while the
@@ -368,15 +521,7 @@ class ClaimEngine:
         view = await self.observe(ref.uid)
         for action in plan.plan_prepare(view):
             if action is plan.Action.ANSWER_PREPARED:
-                assert view.record is not None
-                if (view.record.namespace, view.record.name) != (ref.namespace, ref.name):
-                    raise errors.ClaimError(
-                        ref.uid,
-                        f"claim UID {ref.uid} is prepared as "
-                        f"{view.record.namespace}/{view.record.name}, "
-                        f"not {ref.namespace}/{ref.name}",
-                    )
-                return PrepareOutcome(devices=view.record.devices)
+                return self._prepared_answer(ref, view)
             if action is plan.Action.REFUSE:
                 raise errors.ClaimError(ref.uid, f"not preparing new claims: {view.fail_closed}")
             if action is plan.Action.PREPARE:
@@ -384,6 +529,19 @@ class ClaimEngine:
                 return PrepareOutcome(devices=record.devices)
             await self.run_step(action, view, reason="retry after interrupted work")
         raise AssertionError("plan_prepare always ends in an answer")
+
+    @staticmethod
+    def _prepared_answer(ref: ClaimRef, view: ClaimView) -> PrepareOutcome:
+        """A claim prepared already: its devices, if the kubelet names it as recorded."""
+        record = view.record
+        assert record is not None
+        if (record.namespace, record.name) != (ref.namespace, ref.name):
+            raise errors.ClaimError(
+                ref.uid,
+                f"claim UID {ref.uid} is prepared as {record.namespace}/{record.name}, "
+                f"not {ref.namespace}/{ref.name}",
+            )
+        return PrepareOutcome(devices=record.devices)
 
     async def _unprepare_claim(self, ref: ClaimRef, deadline: float) -> PrepareOutcome:
         async with self.store.claim_lock(ref.uid):

@@ -3,10 +3,11 @@
 Each step walks the transitions of ``states`` in order, makes each durable fact before
 the next, and hits a failpoint after it so the crash suite can kill the driver there.
 ``prepare_fresh`` is the prepare route; ``teardown`` is every way down (unprepare,
-rollback of a failed or interrupted prepare, stale-claim cleanup, recovery). The
-backend's states for a claim's devices are recorded in one write as soon as
-``backend.prepare_claim`` returns them (before the claim's files are written), and
-``release_claim`` gets exactly those states and the same configs back.
+rollback of a failed or interrupted prepare, stale-claim cleanup, recovery).
+``release_claim`` gets exactly the states ``backend.prepare_claim`` returned and the
+same configs back: they are recorded with the claim's spec in its completion write; a
+prepare that fails before it rolls back with them from memory, and one a crash cut
+short asks the backend for them again (``prepare_claim`` is idempotent by contract).
 
 Longer than most modules because every durable step of the lifecycle lives here, in
 order, so the whole route of a claim reads top to bottom in one file.
@@ -15,15 +16,17 @@ order, so the whole route of a claim reads top to bottom in one file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from dralet import errors, failpoints
+from dralet import errors, failpoints, logs
 from dralet.cdi import names as cdi_names
 from dralet.cdi import spec as cdi_spec
 from dralet.cdi import store as cdi_store
-from dralet.checkpoint.database import Stamp
+from dralet.checkpoint.database import Drop, Stamp
 from dralet.checkpoint.model import CONFIGS_KEY, ClaimRecord, ClaimState, DeviceRecord, evolve
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import (
@@ -35,7 +38,7 @@ from dralet.node.backend import (
     PreparedDevice,
 )
 from dralet.node.claims import devicemetadata, devicestatus, source
-from dralet.node.claims.calls import Calls, allocated, result_fields
+from dralet.node.claims.calls import Calls, allocated, each, result_fields
 from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.store import RecordStore, now_stamp
 from dralet.node.invoke import BackendTimeoutError
@@ -47,7 +50,6 @@ log = logging.getLogger("dralet.node.claims")
 
 FP_AFTER_STARTED = "ledger.prepare.after-started"
 FP_AFTER_FINALIZER = "ledger.prepare.after-finalizer"
-FP_AFTER_DEVICE_RECORDED = "ledger.prepare.after-device-recorded"
 FP_AFTER_BACKEND_PREPARE = "ledger.prepare.after-backend"
 FP_AFTER_METADATA = "ledger.prepare.after-metadata"
 FP_AFTER_SPEC = "ledger.prepare.after-spec"
@@ -57,7 +59,6 @@ FP_AFTER_FINALIZER_REMOVED = "ledger.unprepare.after-finalizer"
 failpoints.declare(
     FP_AFTER_STARTED,
     FP_AFTER_FINALIZER,
-    FP_AFTER_DEVICE_RECORDED,
     FP_AFTER_BACKEND_PREPARE,
     FP_AFTER_METADATA,
     FP_AFTER_SPEC,
@@ -109,6 +110,60 @@ def _cdi_ids(device: DeviceRecord, more: int) -> tuple[str, ...]:
     return tuple(f"{kind}={name}" for name in _cdi_names(base, more))
 
 
+@dataclass(eq=False)
+class _Fresh:
+    """One claim of a group on its way up: what the steps so far made of it."""
+
+    index: int
+    ref: ClaimRef
+    claim: Mapping[str, Any]
+    record: ClaimRecord
+    results: tuple[PreparedDevice, ...] = ()
+    metadata: dict[str, str] = field(default_factory=dict)
+    document: dict[str, Any] = field(default_factory=dict)
+    stamp: cdi_store.SpecStamp | None = None
+
+
+_NOT_DONE = AssertionError("claim left without an answer")
+_T = TypeVar("_T")
+
+
+def _survivors(
+    live: Sequence[_Fresh],
+    results: Sequence[_T | BaseException],
+    failed: list[tuple[_Fresh, Exception]],
+    step: Callable[[_Fresh, _T], None],
+) -> list[_Fresh]:
+    """The claims whose result of a step is not an error and whose ``step`` (what
+    follows the result: checks, a failpoint) passes; the others go to ``failed``."""
+    kept: list[_Fresh] = []
+    for fresh, result in zip(live, results, strict=True):
+        try:
+            if isinstance(result, BaseException):
+                raise result
+            step(fresh, result)
+        except Exception as exc:  # noqa: BLE001 - this claim's own failure
+            failed.append((fresh, exc))
+            continue
+        kept.append(fresh)
+    return kept
+
+
+def _bound(ref: ClaimRef) -> contextlib.AbstractContextManager[None]:
+    return logs.bind(claim_uid=ref.uid, claim=f"{ref.namespace}/{ref.name}")
+
+
+def _recorded(fresh: _Fresh, stored: ClaimRecord) -> None:
+    fresh.record = stored
+
+
+def _hit(point: str) -> Callable[[_Fresh, object], None]:
+    def step(fresh: _Fresh, _: object) -> None:
+        failpoints.hit(point)
+
+    return step
+
+
 class Steps:
     """What the engine does to one claim; every method expects the claim lock held."""
 
@@ -132,8 +187,57 @@ class Steps:
     # ------------------------------------------------------------------ prepare
 
     async def prepare_fresh(self, ref: ClaimRef) -> ClaimRecord:
-        """none → PrepareStarted → FinalizerAdded → DevicePrepared… → SpecWritten → Completed."""
-        claim = await self.calls.get_claim(ref)
+        """One claim's prepare: ``prepare_fresh_many`` of that claim alone."""
+        (result,) = await self.prepare_fresh_many([ref])
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def prepare_fresh_many(
+        self, refs: Sequence[ClaimRef]
+    ) -> list[ClaimRecord | BaseException]:
+        """none → PrepareStarted → FinalizerAdded → DevicePrepared… → SpecWritten → Completed,
+        for claims without a record (each one's lock held), moving through each step
+        together: their reads, finalizers and backend prepares run concurrently (each kind
+        bounded by its limit), each durable step is one commit (or one group of spec
+        writes) for all of them, and a failpoint is hit per claim after each step.
+
+        A result per claim: its completed record or its error. A claim that fails at any
+        step leaves the group at once and, once the others are done, is torn down on its
+        own: one claim's failure never holds back or rolls back another's.
+        """
+        out: list[ClaimRecord | BaseException] = [_NOT_DONE] * len(refs)
+        claims = await each(refs, self.calls.get_claim, limit=self.calls.api_limit)
+        begun: list[_Fresh] = []
+        for index, (ref, claim) in enumerate(zip(refs, claims, strict=True)):
+            try:
+                begun.append(self._intended(index, ref, claim))
+            except Exception as exc:  # noqa: BLE001 - this claim's own answer
+                out[index] = exc
+        failed: list[tuple[_Fresh, Exception]] = []
+        live = await self._record_intents(begun, out)
+        live = await self._add_finalizers(live, failed)
+        live = await self._prepare_devices(live, failed)
+        live = await self._write_files(live, failed)
+        live = await self._complete(live, failed)
+        if self.settings.write_device_status:
+            await each(live, self._write_device_status, limit=self.calls.api_limit)
+        for fresh in live:
+            out[fresh.index] = fresh.record
+            with _bound(fresh.ref):
+                log.info("prepared", extra={"devices": [d.device for d in fresh.record.devices]})
+        # Every teardown at once: a group holds at most ``max_parallel_claims`` claims.
+        undone = await each(failed, self._rolled_back, limit=max(1, len(failed)))
+        for (fresh, _), error in zip(failed, undone, strict=True):
+            out[fresh.index] = error
+        return out
+
+    def _intended(
+        self, index: int, ref: ClaimRef, claim: Mapping[str, Any] | Exception | None
+    ) -> _Fresh:
+        """The claim's ``PrepareStarted`` record, from the claim as read."""
+        if isinstance(claim, Exception):
+            raise claim
         allocated = source.select_allocation(
             claim, ref, driver=self.settings.driver_name, pool=self.settings.pool_name
         )
@@ -143,115 +247,209 @@ class Steps:
                 ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} is being deleted"
             )
         configs = source.claim_configs(claim, self.settings.driver_name)
-        record = await self._record_intent(ref, self._device_records(ref.uid, allocated, configs))
-        try:
-            if not await self.calls.add_finalizer(ref, current=claim):
-                raise errors.ClaimError(
-                    ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} disappeared while preparing"
-                )
-            failpoints.hit(FP_AFTER_FINALIZER)
+        # Intent first: the record says the finalizer may be on the claim before it is
+        # added, so any failure or crash from here on ends in a teardown that removes it.
+        started = ClaimRecord(
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            state=ClaimState.PREPARE_STARTED,
+            devices=self._device_records(ref.uid, allocated, configs),
+            finalizer_added=True,
+            boot_id=self.store.boot_id,
+            updated_at=now_stamp(),
+        )
+        return _Fresh(index, ref, claim, started)
+
+    async def _record_intents(
+        self, begun: Sequence[_Fresh], out: list[ClaimRecord | BaseException]
+    ) -> list[_Fresh]:
+        """One commit of every claim's intent. A claim whose intent failed is answered
+        (nothing of it happened, so nothing is torn down), and an intent that may have
+        been written after all (EIO on the fsync) is taken back."""
+        live: list[_Fresh] = []
+        undo: list[str] = []
+        stored_all = await self.store.intents([f.record for f in begun])
+        for fresh, stored in zip(begun, stored_all, strict=True):
+            if isinstance(stored, BaseException):
+                out[fresh.index] = stored
+                if not isinstance(stored, errors.ClaimError):
+                    undo.append(fresh.ref.uid)
+                continue
             try:
-                results = await self.calls.prepare_claim(ref, record.devices)
-            except PartialPrepareError as partial:
-                # In memory first: a failure to record them still rolls back with them.
-                record = self._with_states(record, partial.prepared)
-                await self.store.put(record)
-                raise partial.cause from None
-            record = self._with_states(record, results)
-            for device, result in zip(record.devices, results, strict=True):
-                if any(e.is_empty() for e in (result.edits, *result.more_edits)):
-                    raise errors.ClaimError(
-                        ref.uid, f"backend returned no container edits for device {device.device}"
-                    )
-                problem = self._external_id_problem(device.external_cdi_ids)
-                if problem:
-                    raise errors.ClaimError(ref.uid, f"device {device.device}: {problem}")
-            failpoints.hit(FP_AFTER_BACKEND_PREPARE)
-            # The states are recorded before the claim's files are written: the two
-            # writer threads working at once cost a 1,000-claim call more in GIL
-            # handoffs (with the event loop, a third) than their overlap saved. A crash
-            # after the states and before the files rolls back with the states known.
-            record = await self.store.put(record)
-            failpoints.hit(FP_AFTER_DEVICE_RECORDED)
-            document, metadata, stamp = await self._write_files(ref, record.devices, results, claim)
-            completed = await self.store.put(
-                record.with_state(
-                    ClaimState.PREPARE_COMPLETED,
-                    cdi_spec=document,
-                    cdi_spec_stamp=stamp,
-                    device_metadata=metadata,
-                )
+                failpoints.hit(FP_AFTER_STARTED)
+            except Exception as exc:  # noqa: BLE001 - the next call or start rolls it back
+                out[fresh.index] = exc
+                continue
+            live.append(fresh)
+        if undo:
+            try:
+                taken_back = await self.store.commit([Drop(uid) for uid in undo])
+            except Exception as exc:  # noqa: BLE001 - the records are rolled back later
+                taken_back = [exc] * len(undo)
+            for uid, error in zip(undo, taken_back, strict=True):
+                if error is not None:
+                    log.warning("could not take back a prepare intent", extra={"claim_uid": uid})
+        return live
+
+    async def _add_finalizers(
+        self, live: Sequence[_Fresh], failed: list[tuple[_Fresh, Exception]]
+    ) -> list[_Fresh]:
+        async def add(fresh: _Fresh) -> bool:
+            return await self.calls.add_finalizer(fresh.ref, current=fresh.claim)
+
+        added = await each(live, add, limit=self.calls.api_limit)
+        return _survivors(live, added, failed, self._finalizer_added)
+
+    @staticmethod
+    def _finalizer_added(fresh: _Fresh, added: bool) -> None:
+        if not added:
+            raise errors.ClaimError(
+                fresh.ref.uid,
+                f"ResourceClaim {fresh.ref.namespace}/{fresh.ref.name} disappeared while preparing",
             )
-            if self.settings.write_device_status:
-                await self._write_device_status(ref, completed.devices, results, claim)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            # ``record`` holds every state the backend returned so far, recorded or not;
-            # a device without one never returned from ``prepare`` in this process, unless
-            # the call timed out: then what it did is unknown and its states are asked for.
+        failpoints.hit(FP_AFTER_FINALIZER)
+
+    async def _prepare_devices(
+        self, live: Sequence[_Fresh], failed: list[tuple[_Fresh, Exception]]
+    ) -> list[_Fresh]:
+        async def prepare(fresh: _Fresh) -> tuple[PreparedDevice, ...]:
+            # The backend's own log lines name the claim they are about.
+            with _bound(fresh.ref):
+                return await self.calls.prepare_claim(fresh.ref, fresh.record.devices)
+
+        results = await each(live, prepare, limit=self.calls.backend_limit)
+        partial: list[tuple[_Fresh, PartialPrepareError]] = []
+        whole: list[tuple[_Fresh, tuple[PreparedDevice, ...] | Exception]] = []
+        for fresh, result in zip(live, results, strict=True):
+            if isinstance(result, PartialPrepareError):
+                # In memory first: a failure to record them still rolls back with them.
+                try:
+                    fresh.record = self._with_states(fresh.record, result.prepared)
+                except Exception as exc:  # noqa: BLE001 - this claim's own failure
+                    failed.append((fresh, exc))
+                    continue
+                partial.append((fresh, result))
+            else:
+                whole.append((fresh, result))
+        kept = _survivors([f for f, _ in whole], [r for _, r in whole], failed, self._prepared)
+        if partial:
+            stored = await self.store.put_many([f.record for f, _ in partial])
+            for (fresh, error), put in zip(partial, stored, strict=True):
+                cause = error.cause if isinstance(error.cause, Exception) else error
+                failed.append((fresh, put if isinstance(put, Exception) else cause))
+        return kept
+
+    def _prepared(self, fresh: _Fresh, results: tuple[PreparedDevice, ...]) -> None:
+        fresh.record = self._with_states(fresh.record, results)
+        fresh.results = results
+        for device, result in zip(fresh.record.devices, results, strict=True):
+            if any(e.is_empty() for e in (result.edits, *result.more_edits)):
+                raise errors.ClaimError(
+                    fresh.ref.uid,
+                    f"backend returned no container edits for device {device.device}",
+                )
+            problem = self._external_id_problem(device.external_cdi_ids)
+            if problem:
+                raise errors.ClaimError(fresh.ref.uid, f"device {device.device}: {problem}")
+        failpoints.hit(FP_AFTER_BACKEND_PREPARE)
+
+    async def _write_files(
+        self, live: Sequence[_Fresh], failed: list[tuple[_Fresh, Exception]]
+    ) -> list[_Fresh]:
+        """The claims' device metadata files, then the CDI specs that mount them (a
+        container never sees a missing file), each group written by one thread."""
+        if self.settings.device_metadata and live:
+            live = _survivors(live, list(live), failed, self._metadata_documents)
+            written = await asyncio.to_thread(self._write_metadata, live)
+            live = _survivors(live, written, failed, _hit(FP_AFTER_METADATA))
+        live = _survivors(live, list(live), failed, self._spec_document)
+        stamps = await self.spec_io.write_many(
+            [(f.ref.uid, f.document) for f in live], checked=True
+        )
+        return _survivors(live, stamps, failed, self._spec_written)
+
+    def _metadata_documents(self, fresh: _Fresh, _: object) -> None:
+        fresh.metadata = devicemetadata.documents(
+            self.settings.driver_name, fresh.ref, fresh.record.devices, fresh.results, fresh.claim
+        )
+
+    def _write_metadata(self, live: Sequence[_Fresh]) -> list[Exception | None]:
+        written: list[Exception | None] = []
+        for fresh in live:
             try:
+                self.metadata_files.write(fresh.ref.uid, fresh.metadata)
+                written.append(None)
+            except Exception as exc:  # noqa: BLE001 - this claim's own error
+                written.append(exc)
+        return written
+
+    def _spec_document(self, fresh: _Fresh, _: object) -> None:
+        fresh.document = self._build_spec(
+            fresh.ref, fresh.record.devices, fresh.results, fresh.metadata, fresh.claim
+        )
+
+    @staticmethod
+    def _spec_written(fresh: _Fresh, stamp: cdi_store.SpecStamp) -> None:
+        fresh.stamp = stamp
+        failpoints.hit(FP_AFTER_SPEC)
+
+    async def _complete(
+        self, live: Sequence[_Fresh], failed: list[tuple[_Fresh, Exception]]
+    ) -> list[_Fresh]:
+        stored = await self.store.put_many(
+            [
+                f.record.with_state(
+                    ClaimState.PREPARE_COMPLETED,
+                    cdi_spec=f.document,
+                    cdi_spec_stamp=f.stamp,
+                    device_metadata=f.metadata,
+                )
+                for f in live
+            ]
+        )
+        return _survivors(live, stored, failed, _recorded)
+
+    async def _rolled_back(self, failure: tuple[_Fresh, Exception]) -> BaseException:
+        """Tear a claim down after its prepare failed; the error to answer it with.
+
+        ``record`` holds every state the backend returned so far, recorded or not; a
+        device without one never returned from ``prepare`` in this process, unless the
+        call timed out: then what it did is unknown and its states are asked for.
+        """
+        fresh, exc = failure
+        uid = fresh.ref.uid
+        try:
+            with _bound(fresh.ref):
                 await self.teardown(
-                    record,
+                    fresh.record,
                     reason=f"prepare failed: {exc}",
                     in_process=not isinstance(exc, BackendTimeoutError),
                 )
-            except (asyncio.CancelledError, errors.IrreversibleError):
-                raise
-            except Exception as undo:  # noqa: BLE001 - reported in the claim's answer
-                raise errors.ClaimError(
-                    ref.uid,
-                    f"prepare failed: {exc}; its rollback could not finish ({undo}) and is "
-                    "finished by the next call or start",
-                ) from exc
-            if isinstance(exc, errors.ClaimError | errors.TemporaryError):
-                raise
-            raise errors.ClaimError(
-                ref.uid, f"prepare failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        log.info(
-            "prepared",
-            extra={
-                "claim_uid": ref.uid,
-                "claim": f"{ref.namespace}/{ref.name}",
-                "devices": [d.device for d in completed.devices],
-            },
-        )
-        return completed
-
-    async def _write_files(
-        self,
-        ref: ClaimRef,
-        devices: Sequence[DeviceRecord],
-        results: Sequence[PreparedDevice],
-        claim: Mapping[str, Any] | None,
-    ) -> tuple[dict[str, Any], dict[str, str], cdi_store.SpecStamp]:
-        """The claim's device metadata files, then its CDI spec that mounts them: the
-        spec document, the metadata documents and the written spec's stamp."""
-        metadata: dict[str, str] = {}
-        if self.settings.device_metadata:
-            metadata = devicemetadata.documents(
-                self.settings.driver_name, ref, devices, results, claim
+        except (asyncio.CancelledError, errors.IrreversibleError):
+            raise
+        except Exception as undo:  # noqa: BLE001 - reported in the claim's answer
+            error = errors.ClaimError(
+                uid,
+                f"prepare failed: {exc}; its rollback could not finish ({undo}) and is "
+                "finished by the next call or start",
             )
-            # Before the spec that mounts them: a container never sees a missing file.
-            await asyncio.to_thread(self.metadata_files.write, ref.uid, metadata)
-            failpoints.hit(FP_AFTER_METADATA)
-        document = self._build_spec(ref, devices, results, metadata, claim)
-        stamp = await self.spec_io.write(ref.uid, document, checked=True)
-        failpoints.hit(FP_AFTER_SPEC)
-        return document, metadata, stamp
+            error.__cause__ = exc
+            return error
+        if isinstance(exc, errors.ClaimError | errors.TemporaryError):
+            return exc
+        error = errors.ClaimError(uid, f"prepare failed: {type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        return error
 
-    async def _write_device_status(
-        self,
-        ref: ClaimRef,
-        devices: Sequence[DeviceRecord],
-        results: Sequence[PreparedDevice],
-        claim: Mapping[str, Any] | None,
-    ) -> None:
+    async def _write_device_status(self, fresh: _Fresh) -> None:
         """Best effort: the claim is prepared whatever becomes of its status."""
         driver = self.settings.driver_name
+        ref = fresh.ref
         try:
-            entries = devicestatus.entries(driver, devices, results, claim=claim)
+            entries = devicestatus.entries(
+                driver, fresh.record.devices, fresh.results, claim=fresh.claim
+            )
         except devicestatus.DeviceStatusError as error:
             self.metrics.device_status_writes.labels(result="refused").inc()
             log.warning("device status not written: %s", error, extra={"claim_uid": ref.uid})
@@ -273,37 +471,6 @@ class Steps:
             )
             return
         self.metrics.device_status_writes.labels(result="ok").inc()
-
-    async def _record_intent(self, ref: ClaimRef, devices: tuple[DeviceRecord, ...]) -> ClaimRecord:
-        # Intent first: the record says the finalizer may be on the claim before it is
-        # added, so any failure or crash from here on ends in a teardown that removes it.
-        started = ClaimRecord(
-            uid=ref.uid,
-            namespace=ref.namespace,
-            name=ref.name,
-            state=ClaimState.PREPARE_STARTED,
-            devices=devices,
-            finalizer_added=True,
-            boot_id=self.store.boot_id,
-            updated_at=now_stamp(),
-        )
-
-        try:
-            await self.store.intent(started)
-        except asyncio.CancelledError:
-            raise
-        except errors.ClaimError:
-            raise
-        except Exception:
-            # The write may have failed after its rename (EIO on the directory fsync):
-            # take the intent back so the claim's error leaves the node as it was.
-            try:
-                await self.store.drop(ref.uid)
-            except Exception:  # noqa: BLE001 - the record, if any, is rolled back later
-                log.warning("could not take back a prepare intent", extra={"claim_uid": ref.uid})
-            raise
-        failpoints.hit(FP_AFTER_STARTED)
-        return started
 
     @staticmethod
     def _with_states(record: ClaimRecord, results: Sequence[PreparedDevice | None]) -> ClaimRecord:

@@ -43,12 +43,29 @@ class FairSlots:
                     self._forget(call)
             raise
 
+    async def acquire_some(self, call: object, wanted: int) -> int:
+        """Take a slot for ``call`` in its turn, and then as many more of those free now
+        as it wants (up to ``wanted`` in all, never waiting again); how many it holds.
+
+        Waiting once for one slot and never while holding any is what keeps two calls
+        that each want many from waiting on each other's slots for ever.
+        """
+        await self.acquire(call)
+        extra = 0 if self._turns else min(self._free, max(0, wanted - 1))
+        self._free -= extra
+        return 1 + extra
+
     def _forget(self, call: object) -> None:
         self._waiting.pop(call, None)
         with contextlib.suppress(ValueError):
             self._turns.remove(call)
 
-    def release(self) -> None:
+    def release(self, count: int = 1) -> None:
+        """Hand back ``count`` slots, each to the next call in turn (or to the free ones)."""
+        for _ in range(count):
+            self._release_one()
+
+    def _release_one(self) -> None:
         while self._turns:
             call = self._turns.popleft()
             queue = self._waiting[call]

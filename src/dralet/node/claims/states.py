@@ -65,8 +65,8 @@ PREPARE: tuple[Transition, ...] = (
     Transition(
         Phase.FINALIZER_ADDED,
         Phase.DEVICE_PREPARED,
-        "backend.prepare_claim, every device's state recorded in one write",
-        "record PrepareStarted with the device's preparedState",
+        "backend.prepare_claim (each device's state kept for the completion write)",
+        "the backend holds the devices (a crash from here on asks it for their states)",
     ),
     Transition(
         Phase.DEVICE_PREPARED,
@@ -78,7 +78,7 @@ PREPARE: tuple[Transition, ...] = (
         Phase.SPEC_WRITTEN,
         Phase.PREPARE_COMPLETED,
         "PrepareCompleted",
-        "record PrepareCompleted with the spec document",
+        "record PrepareCompleted with the spec document and each device's state",
     ),
 )
 

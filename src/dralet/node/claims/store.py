@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from dralet import fsutil
 from dralet.checkpoint import database
@@ -135,6 +135,23 @@ class RecordStore:
         record = evolve(record, updated_at=now_stamp())
         await self._one(Put(record))
         return record
+
+    async def put_many(self, records: Sequence[ClaimRecord]) -> list[ClaimRecord | BaseException]:
+        """``put`` of several records in one hand-over; each stored record or its error."""
+        return await self._many([evolve(r, updated_at=now_stamp()) for r in records], Put)
+
+    async def intents(self, records: Sequence[ClaimRecord]) -> list[ClaimRecord | BaseException]:
+        """``intent`` of several records in one hand-over; each record or its error."""
+        return await self._many(records, Intent)
+
+    async def _many(
+        self, records: Sequence[ClaimRecord], op: Callable[[ClaimRecord], Op]
+    ) -> list[ClaimRecord | BaseException]:
+        try:
+            results = await self.commit([op(r) for r in records])
+        except Exception as exc:  # noqa: BLE001 - the writer failed every one of them
+            return [exc] * len(records)
+        return [r if e is None else e for r, e in zip(records, results, strict=True)]
 
     async def intent(self, record: ClaimRecord) -> None:
         """Record a ``PrepareStarted`` record; ``DeviceBusyError`` if a device is held."""

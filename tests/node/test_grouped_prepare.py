@@ -1,0 +1,279 @@
+"""The claims of one prepare call move through each step together: one commit for all
+their intents, their specs written as one group, one commit for their completions. A
+claim that fails at any step leaves the group and is torn down on its own; the others
+are prepared as if it had never been there."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dralet import errors, failpoints
+from dralet.cdi.store import SpecStore
+from dralet.node.backend import AllocatedDevice, ClaimRef, PreparedDevice
+from dralet.node.claims import execute
+from dralet.node.claims.calls import each
+from dralet.node.claims.fairness import FairSlots
+from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
+
+CLAIMS = 6
+
+
+def _node(tmp_path: Path, **settings: Any) -> tuple[LedgerNode, list[ClaimRef]]:
+    node = LedgerNode.create(tmp_path, gpus=CLAIMS, **settings)
+    return node, [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
+
+
+async def test_one_call_makes_one_commit_per_step_and_one_group_of_specs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    groups: list[int] = []
+    apply = SpecStore.apply
+
+    def counted(self: SpecStore, changes: Any) -> Any:
+        groups.append(len(changes))
+        return apply(self, changes)
+
+    monkeypatch.setattr(SpecStore, "apply", counted)  # the spec writer thread's work
+    node, refs = _node(tmp_path)
+    before = node.ledger.metrics.store_commits._value.get()
+    outcomes = await node.prepare(*refs)
+    assert all(o.error == "" for o in outcomes.values())
+    # Intents, then completions: two commits however many claims.
+    assert node.ledger.metrics.store_commits._value.get() - before == 2
+    assert groups == [CLAIMS]
+    for i, ref in enumerate(refs):
+        node.assert_prepared(ref, f"gpu-{i}")
+
+
+class _Faults:
+    """Makes claim ``c2`` fail at one step; every other claim goes through."""
+
+    def __init__(self, node: LedgerNode, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.node = node
+        self.monkeypatch = monkeypatch
+        self.victim = node.refs["c2"]
+
+    def read(self) -> None:
+        real = self.node.claims.get_claim
+
+        async def get_claim(namespace: str, name: str) -> Any:
+            if name == self.victim.name:
+                raise ConnectionError("API server unreachable")
+            return await real(namespace, name)
+
+        self.monkeypatch.setattr(self.node.claims, "get_claim", get_claim)
+
+    def finalizer(self) -> None:
+        real = self.node.claims.add_finalizer
+
+        async def add_finalizer(namespace: str, name: str, *args: Any, **kwargs: Any) -> Any:
+            if name == self.victim.name:
+                raise ConnectionError("patch refused")
+            return await real(namespace, name, *args, **kwargs)
+
+        self.monkeypatch.setattr(self.node.claims, "add_finalizer", add_finalizer)
+
+    def backend(self) -> None:
+        real = self.node.backend.prepare
+
+        async def prepare(claim: ClaimRef, device: AllocatedDevice) -> PreparedDevice:
+            if claim.uid == self.victim.uid:
+                raise RuntimeError("device fell off the bus")
+            return await real(claim, device)
+
+        self.monkeypatch.setattr(self.node.backend, "prepare", prepare)
+
+    def spec(self) -> None:
+        # A directory where the claim's spec goes: that one write is refused.
+        self.node.spec_path(self.victim).mkdir(parents=True)
+
+    def failpoint(self) -> None:
+        # The third claim to pass the step (in UID order within the call) errors.
+        failpoints.arm(execute.FP_AFTER_BACKEND_PREPARE, "error", nth=3)
+
+
+@pytest.fixture
+def disarmed() -> Iterator[None]:
+    yield
+    failpoints.disarm()
+
+
+@pytest.mark.parametrize("step", ["read", "finalizer", "backend", "spec", "failpoint"])
+async def test_a_claim_failing_at_any_step_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str, disarmed: None
+) -> None:
+    node, refs = _node(tmp_path)
+    faults = _Faults(node, monkeypatch)
+    getattr(faults, step)()
+    outcomes = await node.prepare(*refs)
+    failed = [ref for ref in refs if outcomes[ref.uid].error]
+    assert len(failed) == 1, {r.name: outcomes[r.uid].error for r in refs}
+    if step != "failpoint":
+        assert failed == [faults.victim]
+    (victim,) = failed
+    assert outcomes[victim.uid].devices == ()
+    if step == "spec":
+        node.spec_path(victim).rmdir()
+    node.assert_gone(victim)
+    for i, ref in enumerate(refs):
+        if ref != victim:
+            node.assert_prepared(ref, f"gpu-{i}")
+            assert outcomes[ref.uid].devices[0].device == f"gpu-{i}"
+
+
+async def test_a_claim_refused_at_its_intent_fails_alone(tmp_path: Path) -> None:
+    node, refs = _node(tmp_path)
+    holder = refs[0]
+    assert (await node.prepare(holder))[holder.uid].error == ""
+    rival = node.add_claim("rival", "gpu-0")  # allocated a device another claim holds
+    outcomes = await node.prepare(*refs[1:], rival)
+    assert "is still prepared for claim" in outcomes[rival.uid].error
+    assert node.record(rival) is None and node.held_by(rival) == []
+    for i, ref in enumerate(refs):
+        node.assert_prepared(ref, f"gpu-{i}")
+
+
+async def test_a_claim_failing_temporarily_is_prepared_again_on_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node, refs = _node(tmp_path)
+    real = node.backend.prepare
+    victim = refs[3]
+    tries: list[str] = []
+
+    async def prepare(claim: ClaimRef, device: AllocatedDevice) -> PreparedDevice:
+        if claim.uid == victim.uid:
+            tries.append(claim.uid)
+            if len(tries) == 1:
+                raise errors.TemporaryError("still resetting", delay=0.01)
+        return await real(claim, device)
+
+    monkeypatch.setattr(node.backend, "prepare", prepare)
+    outcomes = await node.prepare(*refs)
+    assert {o.error for o in outcomes.values()} == {""}
+    assert len(tries) == 2
+    for i, ref in enumerate(refs):
+        node.assert_prepared(ref, f"gpu-{i}")
+
+
+async def test_a_group_whose_locks_cannot_be_taken_goes_on_claim_by_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node, refs = _node(tmp_path)
+    store = node.ledger.store
+    real = store.claim_locks
+
+    def refused(uids: Any) -> Any:
+        if len(uids) > 1:
+            raise OSError(5, "Input/output error")
+        return real(uids)
+
+    monkeypatch.setattr(store, "claim_locks", refused)
+    outcomes = await node.prepare(*refs)
+    assert {o.error for o in outcomes.values()} == {""}
+    for i, ref in enumerate(refs):
+        node.assert_prepared(ref, f"gpu-{i}")
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        execute.FP_AFTER_STARTED,
+        execute.FP_AFTER_FINALIZER,
+        execute.FP_AFTER_BACKEND_PREPARE,
+        execute.FP_AFTER_SPEC,
+    ],
+)
+async def test_a_kill_between_the_steps_of_a_group_is_rolled_back_at_start(
+    tmp_path: Path, point: str
+) -> None:
+    node, refs = _node(tmp_path)
+    with crash_at(point, nth=4), pytest.raises(SimulatedCrash):
+        await node.prepare(*refs)
+    engine = node.restart()
+    await engine.recover()
+    # Nothing of the interrupted call is left: the kubelet's retry starts afresh.
+    for ref in refs:
+        node.assert_gone(ref)
+    assert await node.findings() == []
+    outcomes = await node.prepare(*refs)
+    assert {o.error for o in outcomes.values()} == {""}
+
+
+async def test_a_group_is_as_large_as_the_slots_free_and_no_larger(tmp_path: Path) -> None:
+    node, refs = _node(tmp_path, max_parallel_claims=4)
+    sizes: list[int] = []
+    real = node.ledger.steps.prepare_fresh_many
+
+    async def sized(group: Any) -> Any:
+        sizes.append(len(group))
+        return await real(group)
+
+    node.ledger.steps.prepare_fresh_many = sized  # type: ignore[method-assign,assignment]
+    outcomes = await node.prepare(*refs)
+    assert {o.error for o in outcomes.values()} == {""}
+    assert sizes == [4, 2]
+
+
+async def test_each_keeps_to_its_limit_and_answers_every_item() -> None:
+    in_flight = 0
+    most = 0
+
+    async def call(n: int) -> int:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0)
+        in_flight -= 1
+        if n % 4 == 3:
+            raise ValueError(f"item {n}")
+        return n * 10
+
+    found = await each(list(range(10)), call, limit=3)
+    assert most == 3
+    assert [f if isinstance(f, int) else str(f) for f in found] == [
+        0,
+        10,
+        20,
+        "item 3",
+        40,
+        50,
+        60,
+        "item 7",
+        80,
+        90,
+    ]
+
+
+async def test_acquire_some_takes_a_turn_then_only_what_is_free() -> None:
+    slots = FairSlots(4)
+    assert await slots.acquire_some("big", 10) == 4
+    waiting = asyncio.ensure_future(slots.acquire_some("other", 10))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # none free: it waits for its turn, holding nothing
+    slots.release(4)
+    # One slot came to it in its turn; the three others were free when it woke.
+    assert await waiting == 4
+    slots.release(4)
+    assert await slots.acquire_some("big", 2) == 2
+
+
+async def test_two_calls_wanting_many_slots_never_wait_on_each_other() -> None:
+    slots = FairSlots(3)
+    done: list[str] = []
+
+    async def call(name: str, claims: int) -> None:
+        while claims:
+            held = await slots.acquire_some(name, claims)
+            await asyncio.sleep(0)
+            claims -= min(held, claims)
+            slots.release(held)
+        done.append(name)
+
+    await asyncio.wait_for(asyncio.gather(*(call(f"call-{n}", 10) for n in range(5))), timeout=10)
+    assert sorted(done) == [f"call-{n}" for n in range(5)]
