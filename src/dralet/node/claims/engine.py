@@ -11,6 +11,7 @@ Every path is observe → plan → execute under the claim's lock. A claim UID f
           CDI files) → _answered (errors acted on, per claim)
     A claim with interrupted work to finish first, or one that failed temporarily, goes
     on alone: _timed → _prepare_claim (claim lock, retries) → _prepare_planned.
+    Unprepare runs the same way: _unprepare_group → execute.Steps.teardown_many.
 
 Unprepare, recovery at start, stale-claim cleanup and ``dralet audit --fix`` plan with
 the same ``plan`` functions and execute through the same ``Steps`` (``settle``).
@@ -82,11 +83,12 @@ _Check = tuple[str, ClaimRecord | None, "asyncio.Future[bool]"]
 _A = TypeVar("_A")
 
 
-def _outcome_of(_: ClaimRef, result: ClaimRecord | BaseException) -> PrepareOutcome:
-    """A grouped prepare's answer: the claim's devices, or its error raised."""
+def _outcome_of(_: ClaimRef, result: ClaimRecord | BaseException | None) -> PrepareOutcome:
+    """A grouped claim's answer: the devices it was prepared with (nothing for an
+    unprepare), or its error raised."""
     if isinstance(result, BaseException):
         raise result
-    return PrepareOutcome(devices=result.devices)
+    return PrepareOutcome(devices=result.devices if result is not None else ())
 
 
 def _settle_checks(
@@ -298,15 +300,8 @@ class ClaimEngine:
         a claim not started yet is not started.
         """
         queue = list(reversed(call.refs))
-        if call.operation == "prepare":
-            workers = [self.work.spawn("prepare-worker", self._prepare_groups(call, queue))]
-        else:
-            workers = [
-                self.work.spawn(
-                    f"{call.operation}-worker", self._worker(call, queue, self._unprepare_claim)
-                )
-                for _ in range(min(len(queue), self.settings.max_parallel_claims))
-            ]
+        run = self._prepare_group if call.operation == "prepare" else self._unprepare_group
+        workers = [self.work.spawn(f"{call.operation}-worker", self._groups(call, queue, run))]
         bulk = gcpause.paused() if len(call.refs) >= GC_PAUSE_CLAIMS else contextlib.nullcontext()
         try:
             with bulk:
@@ -327,9 +322,14 @@ class ClaimEngine:
                 )
         return {ref.uid: call.outcomes[ref.uid] for ref in call.refs}
 
-    async def _prepare_groups(self, call: _Call, queue: list[ClaimRef]) -> None:
-        """Prepare a call's claims in groups, each as many claims as it got slots for:
-        one slot in the call's turn, and then every slot free at that moment."""
+    async def _groups(
+        self,
+        call: _Call,
+        queue: list[ClaimRef],
+        run: Callable[[_Call, Sequence[ClaimRef]], Awaitable[None]],
+    ) -> None:
+        """Run a call's claims in groups, each as many claims as it got slots for: one
+        slot in the call's turn, and then every slot free at that moment."""
         while queue:
             held = await self._slots.acquire_some(call, len(queue))
             group = [queue.pop() for _ in range(min(held, len(queue)))]
@@ -338,10 +338,77 @@ class ClaimEngine:
                     return
                 self._slots.release(held - len(group))
                 held = len(group)
-                await self._prepare_group(call, group)
+                await run(call, group)
             finally:
                 self._slots.release(held)
             await asyncio.sleep(0)  # other calls' groups get their turn
+
+    async def _unprepare_group(self, call: _Call, group: Sequence[ClaimRef]) -> None:
+        """Observe and plan a group of claims under their locks; answer unknown claims,
+        and tear down the prepared ones together (``teardown_many``). A claim with an
+        orphan spec, one named twice, and any claim in fail-closed mode take the
+        one-claim route."""
+        started = time.perf_counter()
+        down: list[tuple[ClaimRef, ClaimRecord]] = []
+        alone: list[ClaimRef] = []
+        uids = [ref.uid for ref in group]
+        if len(set(uids)) < len(uids):
+            alone = list(group)
+            group, uids = [], []
+        results: Sequence[BaseException | None] = ()
+        try:
+            async with self.store.claim_locks(uids):
+                views = await self.observe_group(uids)
+                for ref, view in zip(group, views, strict=True):
+                    if isinstance(view, BaseException):
+                        self._answered(call, ref, started, _outcome_of, view)
+                        continue
+                    actions = plan.plan_unprepare(view)
+                    if not actions:
+                        self._stale_since.pop(ref.uid, None)
+                        self._answered(call, ref, started, _outcome_of, None)
+                    elif actions == [plan.Action.UNPREPARE] and view.record is not None:
+                        down.append((ref, view.record))
+                    else:
+                        alone.append(ref)
+                if down:
+                    results = await self.steps.teardown_many(
+                        [record for _, record in down], reason="unprepare"
+                    )
+                for (ref, _), result in zip(down, results, strict=True):
+                    if result is None:
+                        self._stale_since.pop(ref.uid, None)
+        except errors.IrreversibleError:
+            raise
+        except Exception:
+            log.warning("a group of claims goes on one by one", exc_info=True)
+            results = ()
+            alone = [ref for ref in group if ref.uid not in call.outcomes]
+            down = []
+        irreversible = self._answer_all(call, [ref for ref, _ in down], results, started)
+        if alone:
+            await asyncio.gather(*(self._alone(call, ref, 0.0) for ref in alone))
+        if irreversible is not None:
+            raise irreversible
+
+    def _answer_all(
+        self,
+        call: _Call,
+        refs: Sequence[ClaimRef],
+        results: Sequence[ClaimRecord | BaseException | None],
+        started: float,
+    ) -> BaseException | None:
+        """Answer each claim of a group from its result; the first irreversible failure
+        (the call's answer, once every other claim has its own)."""
+        irreversible: BaseException | None = None
+        for ref, result in zip(refs, results, strict=True):
+            if isinstance(result, errors.IrreversibleError) or (
+                isinstance(result, BaseException) and not isinstance(result, Exception)
+            ):
+                irreversible = irreversible or result
+            else:
+                self._answered(call, ref, started, _outcome_of, result)
+        return irreversible
 
     async def _prepare_group(self, call: _Call, group: Sequence[ClaimRef]) -> None:
         """Observe and plan a group of claims under their locks; answer those prepared
@@ -382,13 +449,9 @@ class ClaimEngine:
             results = ()
             alone = [(ref, 0.0) for ref in group if ref.uid not in call.outcomes]
             fresh = []
-        irreversible: BaseException | None = None
+        answered: list[tuple[ClaimRef, ClaimRecord | BaseException]] = []
         for ref, result in zip(fresh, results, strict=True):
-            if isinstance(result, errors.IrreversibleError) or not isinstance(
-                result, ClaimRecord | Exception
-            ):
-                irreversible = irreversible or result
-            elif (
+            if (
                 isinstance(result, errors.TemporaryError)
                 and time.monotonic() + result.delay < call.deadline
             ):
@@ -400,7 +463,10 @@ class ClaimEngine:
                 )
                 alone.append((ref, result.delay))
             else:
-                self._answered(call, ref, started, _outcome_of, result)
+                answered.append((ref, result))
+        irreversible = self._answer_all(
+            call, [ref for ref, _ in answered], [r for _, r in answered], started
+        )
         if alone:
             await asyncio.gather(*(self._alone(call, ref, delay) for ref, delay in alone))
         if irreversible is not None:
@@ -425,30 +491,11 @@ class ClaimEngine:
         self.metrics.operation_done(call.operation, result, time.perf_counter() - started)
 
     async def _alone(self, call: _Call, ref: ClaimRef, delay: float) -> None:
+        """One claim of a group on the one-claim route (after ``delay`` seconds)."""
         if delay:
             await asyncio.sleep(delay)
-        call.outcomes[ref.uid] = await self._timed(
-            call.operation, ref, call.deadline, self._prepare_claim
-        )
-
-    async def _worker(
-        self,
-        call: _Call,
-        queue: list[ClaimRef],
-        one: Callable[[ClaimRef, float], Awaitable[PrepareOutcome]],
-    ) -> None:
-        while queue:
-            ref = queue.pop()
-            await self._slots.acquire(call)
-            try:
-                if time.monotonic() >= call.deadline:
-                    return
-                call.outcomes[ref.uid] = await self._timed(call.operation, ref, call.deadline, one)
-            finally:
-                self._slots.release()
-            # A claim may finish without ever waiting (nothing to do, answered from the
-            # record): give other calls' workers their turn between claims.
-            await asyncio.sleep(0)
+        one = self._prepare_claim if call.operation == "prepare" else self._unprepare_claim
+        call.outcomes[ref.uid] = await self._timed(call.operation, ref, call.deadline, one)
 
     async def _timed(
         self,

@@ -111,6 +111,31 @@ def _cdi_ids(device: DeviceRecord, more: int) -> tuple[str, ...]:
 
 
 @dataclass(eq=False)
+class _Down:
+    """One claim of a group on its way down."""
+
+    index: int
+    record: ClaimRecord
+    stopped: bool = False
+    """It goes no further in this teardown (failed, or waits for its finalizer)."""
+
+
+def _unprepare_started(item: _Down, stored: ClaimRecord) -> None:
+    item.record = stored
+    failpoints.hit(FP_AFTER_UNPREPARE_STARTED)
+
+
+def _ignore(item: object, result: object) -> None:
+    """A step whose result needs nothing more (its error, if any, fails the claim)."""
+
+
+def _going(down: Sequence[_Down], failed: Sequence[tuple[_Down, Exception]]) -> list[_Down]:
+    """The claims of ``down`` that neither failed nor stopped."""
+    out = {id(item) for item, _ in failed}
+    return [d for d in down if not d.stopped and id(d) not in out]
+
+
+@dataclass(eq=False)
 class _Fresh:
     """One claim of a group on its way up: what the steps so far made of it."""
 
@@ -126,26 +151,27 @@ class _Fresh:
 
 _NOT_DONE = AssertionError("claim left without an answer")
 _T = TypeVar("_T")
+_I = TypeVar("_I")
 
 
 def _survivors(
-    live: Sequence[_Fresh],
+    live: Sequence[_I],
     results: Sequence[_T | BaseException],
-    failed: list[tuple[_Fresh, Exception]],
-    step: Callable[[_Fresh, _T], None],
-) -> list[_Fresh]:
+    failed: list[tuple[_I, Exception]],
+    step: Callable[[_I, _T], None],
+) -> list[_I]:
     """The claims whose result of a step is not an error and whose ``step`` (what
     follows the result: checks, a failpoint) passes; the others go to ``failed``."""
-    kept: list[_Fresh] = []
-    for fresh, result in zip(live, results, strict=True):
+    kept: list[_I] = []
+    for item, result in zip(live, results, strict=True):
         try:
             if isinstance(result, BaseException):
                 raise result
-            step(fresh, result)
+            step(item, result)
         except Exception as exc:  # noqa: BLE001 - this claim's own failure
-            failed.append((fresh, exc))
+            failed.append((item, exc))
             continue
-        kept.append(fresh)
+        kept.append(item)
     return kept
 
 
@@ -157,8 +183,8 @@ def _recorded(fresh: _Fresh, stored: ClaimRecord) -> None:
     fresh.record = stored
 
 
-def _hit(point: str) -> Callable[[_Fresh, object], None]:
-    def step(fresh: _Fresh, _: object) -> None:
+def _hit(point: str) -> Callable[[object, object], None]:
+    def step(item: object, _: object) -> None:
         failpoints.hit(point)
 
     return step
@@ -665,7 +691,20 @@ class Steps:
     # ------------------------------------------------------------------ teardown
 
     async def teardown(self, record: ClaimRecord, *, reason: str, in_process: bool = False) -> None:
-        """Undo whatever a record says may have happened; ends with the record gone.
+        """``teardown_many`` of one claim; raises the error it failed with."""
+        (error,) = await self.teardown_many([record], reason=reason, in_process=in_process)
+        if error is not None:
+            raise error
+
+    async def teardown_many(
+        self, records: Sequence[ClaimRecord], *, reason: str, in_process: bool = False
+    ) -> list[BaseException | None]:
+        """Undo whatever each record says may have happened; each ends with its record
+        gone. The claims (each one's lock held) go down each step together: one commit
+        for all their UnprepareStarted, their specs removed as one group, their devices
+        released and finalizers removed concurrently (bounded), one commit removing all
+        their records. An error per claim (None: done); a claim that fails at a step
+        stops there alone, its record left for the next call or start.
 
         PrepareStarted/Completed → UnprepareStarted → SpecRemoved → DevicesReleased →
         (Released while the finalizer stays) → gone. A rollback of a prepare that never
@@ -673,51 +712,130 @@ class Steps:
         the PrepareStarted record on disk already says "roll back", so the spec and the
         devices go now and whatever record remains is finished by the next call or start.
         """
-        ref = ref_of(record)
-        if record.state in (ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED):
+        down = [_Down(index, record) for index, record in enumerate(records)]
+        failed: list[tuple[_Down, Exception]] = []
+        down = await self._start_unprepare(down, failed)
+        down = await self._remove_and_release(down, failed, in_process=in_process)
+        gone = await self._remove_finalizers(down, failed)
+        dropped: Sequence[BaseException | None] = []
+        if gone:
             try:
-                record = await self.store.put(record.with_state(ClaimState.UNPREPARE_STARTED))
-            except asyncio.CancelledError:
-                raise
-            except OSError:
-                if record.state == ClaimState.PREPARE_COMPLETED:
-                    raise
-                record = record.with_state(ClaimState.UNPREPARE_STARTED)
-                log.warning("rolling back without a durable UnprepareStarted", exc_info=True)
-            failpoints.hit(FP_AFTER_UNPREPARE_STARTED)
-        if record.state == ClaimState.UNPREPARE_STARTED:
-            # The spec goes first: no container may start with a device being released.
-            await self.spec_io.remove(record.uid)
-            await self._remove_metadata(record.uid)
-            if not in_process and record.cdi_spec is None:
-                record = await self._recover_states(ref, record)
-            await self._release(record)
-            failpoints.hit(FP_AFTER_RELEASE)
-        if record.finalizer_added:
-            if self.settings.write_device_status:
-                await self._apply_device_status(ref, [])
+                dropped = await self.store.commit([Drop(d.record.uid) for d in gone])
+            except Exception as unwritten:  # noqa: BLE001 - the writer failed every removal
+                dropped = [unwritten] * len(gone)
+        results: list[BaseException | None] = [None] * len(records)
+        for item, error in zip(gone, dropped, strict=True):
+            results[item.index] = error
+            if error is None:
+                with _bound(ref_of(item.record)):
+                    log.info("unprepared (%s)", reason)
+        for item, exc in failed:
+            results[item.index] = exc
+        return results
+
+    async def _start_unprepare(
+        self, down: Sequence[_Down], failed: list[tuple[_Down, Exception]]
+    ) -> list[_Down]:
+        starting = [
+            d
+            for d in down
+            if d.record.state in (ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED)
+        ]
+        if not starting:
+            return list(down)
+        stored = await self.store.put_many(
+            [d.record.with_state(ClaimState.UNPREPARE_STARTED) for d in starting]
+        )
+        outcomes: list[ClaimRecord | BaseException] = []
+        for item, result in zip(starting, stored, strict=True):
+            if isinstance(result, OSError) and item.record.state == ClaimState.PREPARE_STARTED:
+                with _bound(ref_of(item.record)):
+                    log.warning(
+                        "rolling back without a durable UnprepareStarted",
+                        exc_info=(type(result), result, result.__traceback__),
+                    )
+                result = item.record.with_state(ClaimState.UNPREPARE_STARTED)
+            outcomes.append(result)
+        _survivors(starting, outcomes, failed, _unprepare_started)
+        return _going(down, failed)
+
+    async def _remove_and_release(
+        self, down: Sequence[_Down], failed: list[tuple[_Down, Exception]], *, in_process: bool
+    ) -> list[_Down]:
+        """Specs (and metadata files) first, then the devices: no container may start
+        with a device being released."""
+        going = [d for d in down if d.record.state == ClaimState.UNPREPARE_STARTED]
+        if not going:
+            return list(down)
+        removed = await self.spec_io.remove_many([d.record.uid for d in going])
+        going = _survivors(going, removed, failed, _ignore)
+        with_metadata = [d for d in going if self.metadata_files.has_any(d.record.uid)]
+        if with_metadata:
+            gone = await asyncio.to_thread(self._remove_metadata_of, with_metadata)
+            _survivors(with_metadata, gone, failed, _ignore)
+            going = _going(going, failed)
+
+        async def release(item: _Down) -> None:
+            with _bound(ref_of(item.record)):
+                if not in_process and item.record.cdi_spec is None:
+                    item.record = await self._recover_states(ref_of(item.record), item.record)
+                await self._release(item.record)
+
+        released = await each(going, release, limit=self.calls.backend_limit)
+        _survivors(going, released, failed, _hit(FP_AFTER_RELEASE))
+        return _going(down, failed)
+
+    def _remove_metadata_of(self, down: Sequence[_Down]) -> list[bool | Exception]:
+        gone: list[bool | Exception] = []
+        for item in down:
             try:
-                removed = await self.calls.remove_finalizer(ref)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - any API failure only delays the removal
+                gone.append(self.metadata_files.remove(item.record.uid))
+            except Exception as exc:  # noqa: BLE001 - this claim's own error
+                gone.append(exc)
+        return gone
+
+    async def _remove_finalizers(
+        self, down: Sequence[_Down], failed: list[tuple[_Down, Exception]]
+    ) -> list[_Down]:
+        """The finalizers of the claims that have one; the claims whose records may go.
+        A finalizer that cannot be removed yet leaves its claim Released while the
+        removal is retried: not a failure, but its record stays."""
+        holding = [d for d in down if d.record.finalizer_added]
+        if not holding:
+            return list(down)
+        if self.settings.write_device_status:
+
+            async def clear_status(item: _Down) -> None:
+                await self._apply_device_status(ref_of(item.record), [])
+
+            await each(holding, clear_status, limit=self.calls.api_limit)
+
+        async def remove(item: _Down) -> bool:
+            return await self.calls.remove_finalizer(ref_of(item.record))
+
+        removed = await each(holding, remove, limit=self.calls.api_limit)
+        kept: list[_Down] = []
+        for item, result in zip(holding, removed, strict=True):
+            if isinstance(result, Exception):
+                # Any API failure only delays the removal.
                 log.warning(
                     "could not remove finalizer yet (%s); will retry",
-                    exc,
-                    extra={"claim_uid": record.uid},
+                    result,
+                    extra={"claim_uid": item.record.uid},
                 )
-                removed = False
-            if not removed:
-                if record.state != ClaimState.RELEASED:
-                    await self.store.put(record.with_state(ClaimState.RELEASED))
-                return
-            failpoints.hit(FP_AFTER_FINALIZER_REMOVED)
-        await self.store.drop(record.uid)
-        log.info(
-            "unprepared (%s)",
-            reason,
-            extra={"claim_uid": record.uid, "claim": f"{record.namespace}/{record.name}"},
-        )
+            if not isinstance(result, Exception) and result:
+                continue
+            item.stopped = True
+            if item.record.state != ClaimState.RELEASED:
+                kept.append(item)
+        if kept:
+            stored = await self.store.put_many(
+                [d.record.with_state(ClaimState.RELEASED) for d in kept]
+            )
+            _survivors(kept, stored, failed, _ignore)
+        removed_now = [d for d in holding if not d.stopped]
+        _survivors(removed_now, removed_now, failed, _hit(FP_AFTER_FINALIZER_REMOVED))
+        return _going(down, failed)
 
     async def _release(self, record: ClaimRecord) -> None:
         try:

@@ -55,6 +55,17 @@ class SpecWriter:
         """The claim's spec gone for good once this returns; whether it was there."""
         return bool(await self._one(SpecChange(claim_uid, None)))
 
+    async def remove_many(self, claim_uids: Sequence[str]) -> list[bool | BaseException]:
+        """Several claims' specs removed, each for good or failed alone, handed to the
+        writer as one piece of work; whether each was there."""
+        if not claim_uids:
+            return []
+        try:
+            results = await self._thread.submit([SpecChange(uid, None) for uid in claim_uids])
+        except Exception as exc:  # noqa: BLE001 - the writer failed them all
+            return [exc] * len(claim_uids)
+        return [r if isinstance(r, BaseException) else bool(r) for r in results]
+
     def stop(self) -> None:
         self._thread.stop()
 

@@ -1,7 +1,8 @@
-"""The claims of one prepare call move through each step together: one commit for all
-their intents, their specs written as one group, one commit for their completions. A
-claim that fails at any step leaves the group and is torn down on its own; the others
-are prepared as if it had never been there."""
+"""The claims of one call move through each step together. Prepare: one commit for all
+their intents, their specs written as one group, one commit for their completions.
+Unprepare: one commit for all their UnprepareStarted, their specs removed as one group,
+one commit removing their records. A claim that fails at any step leaves the group and
+is handled on its own; the others go on as if it had never been there."""
 
 from __future__ import annotations
 
@@ -48,6 +49,98 @@ async def test_one_call_makes_one_commit_per_step_and_one_group_of_specs(
     assert groups == [CLAIMS]
     for i, ref in enumerate(refs):
         node.assert_prepared(ref, f"gpu-{i}")
+
+
+async def test_one_unprepare_call_makes_one_commit_per_step_and_one_group_of_removals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node, refs = _node(tmp_path)
+    assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
+    groups: list[int] = []
+    apply = SpecStore.apply
+
+    def counted(self: SpecStore, changes: Any) -> Any:
+        groups.append(len(changes))
+        return apply(self, changes)
+
+    monkeypatch.setattr(SpecStore, "apply", counted)
+    engine = node.restart()  # its spec writer thread calls the counted ``apply``
+    before = engine.metrics.store_commits._value.get()
+    assert await node.unprepare(*refs) == {ref.uid: "" for ref in refs}
+    # UnprepareStarted, then the records' removal: two commits however many claims.
+    assert engine.metrics.store_commits._value.get() - before == 2
+    assert groups == [CLAIMS]
+    for ref in refs:
+        node.assert_gone(ref)
+
+
+@pytest.mark.parametrize("step", ["release", "finalizer"])
+async def test_a_claim_failing_at_an_unprepare_step_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    node, refs = _node(tmp_path)
+    assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
+    victim = refs[2]
+    if step == "release":
+        real_release = node.backend.release
+
+        async def release(claim: ClaimRef, device: AllocatedDevice, state: Any) -> None:
+            if claim.uid == victim.uid:
+                raise RuntimeError("device stuck in reset")
+            await real_release(claim, device, state)
+
+        monkeypatch.setattr(node.backend, "release", release)
+    else:
+        real_remove = node.claims.remove_finalizer
+
+        async def remove_finalizer(namespace: str, name: str, *args: Any) -> Any:
+            if name == victim.name:
+                raise ConnectionError("patch refused")
+            return await real_remove(namespace, name, *args)
+
+        monkeypatch.setattr(node.claims, "remove_finalizer", remove_finalizer)
+    errors_by_claim = await node.unprepare(*refs)
+    for ref in refs:
+        if ref != victim:
+            assert errors_by_claim[ref.uid] == ""
+            node.assert_gone(ref)
+    record = node.record(victim)
+    assert record is not None
+    if step == "release":
+        assert "device stuck in reset" in errors_by_claim[victim.uid]
+        assert record.state == "UnprepareStarted"  # released by the kubelet's retry
+        assert node.held_by(victim) == ["gpu-2"]
+    else:
+        # The devices are free; the finalizer's removal is retried, not failed.
+        assert errors_by_claim[victim.uid] == ""
+        assert record.state == "Released"
+        assert node.held_by(victim) == []
+    assert not node.spec_path(victim).exists()
+    monkeypatch.undo()
+    assert (await node.unprepare(victim))[victim.uid] == ""
+    node.assert_gone(victim)
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        execute.FP_AFTER_UNPREPARE_STARTED,
+        execute.FP_AFTER_RELEASE,
+        execute.FP_AFTER_FINALIZER_REMOVED,
+    ],
+)
+async def test_a_kill_between_the_steps_of_an_unprepare_group_is_finished_at_start(
+    tmp_path: Path, point: str
+) -> None:
+    node, refs = _node(tmp_path)
+    assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
+    with crash_at(point, nth=4), pytest.raises(SimulatedCrash):
+        await node.unprepare(*refs)
+    engine = node.restart()
+    await engine.recover()
+    for ref in refs:
+        node.assert_gone(ref)
+    assert await node.findings() == []
 
 
 class _Faults:
