@@ -697,14 +697,19 @@ class Steps:
             raise error
 
     async def teardown_many(
-        self, records: Sequence[ClaimRecord], *, reason: str, in_process: bool = False
+        self,
+        records: Sequence[ClaimRecord],
+        *,
+        reason: str | Sequence[str],
+        in_process: bool = False,
     ) -> list[BaseException | None]:
         """Undo whatever each record says may have happened; each ends with its record
         gone. The claims (each one's lock held) go down each step together: one commit
         for all their UnprepareStarted, their specs removed as one group, their devices
         released and finalizers removed concurrently (bounded), one commit removing all
         their records. An error per claim (None: done); a claim that fails at a step
-        stops there alone, its record left for the next call or start.
+        stops there alone, its record left for the next call or start. ``reason``: why,
+        for the log (one for all, or one per record).
 
         PrepareStarted/Completed → UnprepareStarted → SpecRemoved → DevicesReleased →
         (Released while the finalizer stays) → gone. A rollback of a prepare that never
@@ -712,6 +717,7 @@ class Steps:
         the PrepareStarted record on disk already says "roll back", so the spec and the
         devices go now and whatever record remains is finished by the next call or start.
         """
+        reasons = [reason] * len(records) if isinstance(reason, str) else list(reason)
         down = [_Down(index, record) for index, record in enumerate(records)]
         failed: list[tuple[_Down, Exception]] = []
         down = await self._start_unprepare(down, failed)
@@ -728,7 +734,7 @@ class Steps:
             results[item.index] = error
             if error is None:
                 with _bound(ref_of(item.record)):
-                    log.info("unprepared (%s)", reason)
+                    log.info("unprepared (%s)", reasons[item.index])
         for item, exc in failed:
             results[item.index] = exc
         return results

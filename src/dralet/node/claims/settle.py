@@ -15,9 +15,9 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dralet import errors, fsutil, gcpause
 from dralet.cdi.store import SpecStamp
@@ -25,7 +25,8 @@ from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import plan, source
-from dralet.node.claims.observe import Mode, take_snapshot
+from dralet.node.claims.calls import each
+from dralet.node.claims.observe import ClaimView, Mode, take_snapshot
 
 if TYPE_CHECKING:
     from dralet.node.claims.engine import ClaimEngine
@@ -203,6 +204,7 @@ async def _revalidate(
         survived = await engine.steps.survives_reboot(records)
         keep: list[ClaimRecord] = []
         present: list[bool] = []
+        lost: list[ClaimRecord] = []
         for view, record, answer in zip(views, records, survived, strict=True):
             if isinstance(answer, BaseException):
                 _defer(engine, report, record.uid, answer)
@@ -210,16 +212,17 @@ async def _revalidate(
                 keep.append(record)
                 present.append(view.spec_present)
             else:
-                rolled_back = await _try(
-                    engine,
-                    report,
-                    record.uid,
-                    lambda r=record: engine.steps.teardown(
-                        r, reason="device state did not survive a reboot"
-                    ),
-                )
-                if rolled_back:
-                    report.add("rolled-back-after-reboot", record.uid)
+                lost.append(record)
+        if lost:
+            down = await engine.steps.teardown_many(
+                lost, reason="device state did not survive a reboot"
+            )
+            for record, error in zip(lost, down, strict=True):
+                if error is not None:
+                    _defer(engine, report, record.uid, error)
+                    continue
+                engine.pending_recovery.discard(record.uid)
+                report.add("rolled-back-after-reboot", record.uid)
         written = await engine.steps.rewrite_specs(keep, expected=True, present=present)
         revalidated: list[tuple[ClaimRecord, SpecStamp | None]] = []
         for record, stamp in zip(keep, written, strict=True):
@@ -289,7 +292,9 @@ async def _collect_stale(engine: ClaimEngine, *, now: float | None, force: bool)
     # Read concurrently (bounded by the API limit); a claim that cannot be read now is
     # simply not proven stale in this pass.
     wanted = [refs[uid] for uid, r in records if r.state != ClaimState.RELEASED]
-    served = await _read_all(engine, wanted)
+    served = await each(
+        wanted, engine.calls.get_claim, limit=engine.settings.max_parallel_api_calls
+    )
     claims = iter(served)
     released: list[str] = []
     stale_now: list[tuple[str, str]] = []
@@ -316,8 +321,8 @@ async def _collect_stale(engine: ClaimEngine, *, now: float | None, force: bool)
         if force or current - first_seen >= engine.settings.stale_claim_grace:
             stale_now.append((uid, stale.message))
 
-    # Claims are torn down concurrently (each under its own lock, as many at once as
-    # claims are prepared), so their durable writes share commits, as in recovery.
+    # Finalizer removals still to retry run concurrently, each under its own lock; stale
+    # claims go down in groups (``teardown_many``: one commit per step for a group).
     slots = asyncio.Semaphore(engine.settings.max_parallel_claims)
 
     async def retry_release(uid: str) -> None:
@@ -326,27 +331,22 @@ async def _collect_stale(engine: ClaimEngine, *, now: float | None, force: bool)
             for step in plan.plan_settle(view):
                 await engine.run_step(step, view, reason="finalizer removal retried")
 
-    async def clean(uid: str, why: str) -> str:
-        async with slots, engine.store.claim_lock(uid):
-            view = await engine.observe(uid)
-            if view.record is None:
-                return ""
-            record = view.record
-            log.warning(
-                "cleaning up stale claim: %s",
-                why,
-                extra={"claim_uid": uid, "claim": f"{record.namespace}/{record.name}"},
-            )
-            await engine.run_step(plan.Action.UNPREPARE_STALE, view, reason=f"stale: {why}")
-        engine._stale_since.pop(uid, None)
-        engine.metrics.stale_claim_cleanups.inc()
-        return uid
+    async def clean_all() -> list[str | BaseException]:
+        size = engine.settings.max_parallel_claims
+        found: list[str | BaseException] = []
+        for start in range(0, len(stale_now), size):
+            group = stale_now[start : start + size]
+            try:
+                found += await _clean(engine, group)
+            except Exception as exc:  # noqa: BLE001 - e.g. a lock file that cannot be opened
+                found += [exc] * len(group)
+        return found
 
-    outcomes = await asyncio.gather(
-        *(retry_release(uid) for uid in released),
-        *(clean(uid, why) for uid, why in stale_now),
-        return_exceptions=True,
+    retried, cleaned_or_not = await asyncio.gather(
+        asyncio.gather(*(retry_release(uid) for uid in released), return_exceptions=True),
+        clean_all(),
     )
+    outcomes = [*retried, *cleaned_or_not]
     cleaned: list[str] = []
     subjects = [*released, *(uid for uid, _ in stale_now)]
     for uid, outcome in zip(subjects, outcomes, strict=True):
@@ -360,27 +360,46 @@ async def _collect_stale(engine: ClaimEngine, *, now: float | None, force: bool)
     return cleaned
 
 
-async def _read_all(
-    engine: ClaimEngine, refs: Sequence[ClaimRef]
-) -> list[Mapping[str, Any] | BaseException | None]:
-    """Each claim as the API has it now (or the error reading it), in ``refs`` order: as
-    many readers as API calls may be in flight, each taking the next claim, so a pass
-    over 10,000 claims makes a few tasks, not 10,000."""
-    served: list[Mapping[str, Any] | BaseException | None] = [None] * len(refs)
-    pending = iter(range(len(refs)))
+async def _clean(
+    engine: ClaimEngine, group: Sequence[tuple[str, str]]
+) -> list[str | BaseException]:
+    """Unprepare a group of stale claims (UID, why) under their locks, together; each
+    claim's UID once it is down, "" when it had no record any more, or its error."""
+    uids = [uid for uid, _ in group]
+    found: list[str | BaseException] = [""] * len(group)
+    going: list[int] = []
+    async with engine.store.claim_locks(uids):
+        views = await engine.observe_group(uids)
+        for index, ((uid, why), view) in enumerate(zip(group, views, strict=True)):
+            if isinstance(view, BaseException):
+                found[index] = view
+            elif view.record is not None:
+                record = view.record
+                log.warning(
+                    "cleaning up stale claim: %s",
+                    why,
+                    extra={"claim_uid": uid, "claim": f"{record.namespace}/{record.name}"},
+                )
+                going.append(index)
+        down = await engine.steps.teardown_many(
+            [_record_of(views[i]) for i in going],
+            reason=[f"stale: {group[i][1]}" for i in going],
+        )
+    for index, error in zip(going, down, strict=True):
+        uid = uids[index]
+        if error is not None:
+            found[index] = error
+            continue
+        found[index] = uid
+        engine._stale_since.pop(uid, None)
+        engine.metrics.stale_claim_cleanups.inc()
+    return found
 
-    async def reader() -> None:
-        for index in pending:
-            try:
-                served[index] = await engine.calls.get_claim(refs[index])
-            except (asyncio.CancelledError, errors.IrreversibleError):
-                raise
-            except Exception as exc:  # noqa: BLE001 - reported per claim by the caller
-                served[index] = exc
 
-    readers = min(len(refs), engine.settings.max_parallel_api_calls)
-    await asyncio.gather(*(reader() for _ in range(readers)))
-    return served
+def _record_of(view: ClaimView | BaseException) -> ClaimRecord:
+    assert not isinstance(view, BaseException)
+    assert view.record is not None
+    return view.record
 
 
 async def fix(engine: ClaimEngine, findings: Sequence[plan.Finding]) -> RecoveryReport:
