@@ -569,8 +569,12 @@ class Steps:
     ) -> dict[str, Any]:
         """The claim's CDI spec: a CDI device per device (and per further edits); the
         device metadata mounts go with each request's first device."""
-        mounts = devicemetadata.mounts(
-            self.settings.driver_name, ref, devices, list(metadata), self.metadata_files, claim
+        mounts = (
+            devicemetadata.mounts(
+                self.settings.driver_name, ref, devices, list(metadata), self.metadata_files, claim
+            )
+            if metadata
+            else {}
         )
         cdi_devices = []
         for index, (d, r) in enumerate(zip(devices, results, strict=True)):
