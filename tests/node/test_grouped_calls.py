@@ -7,7 +7,7 @@ is handled on its own; the others go on as if it had never been there."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 
 from dralet import errors, failpoints
 from dralet.cdi.store import SpecStore
-from dralet.node.backend import AllocatedDevice, ClaimRef, PreparedDevice
+from dralet.node.backend import ClaimRef
 from dralet.node.claims import execute
 from dralet.node.claims.calls import each
 from dralet.node.claims.fairness import FairSlots
@@ -29,33 +29,38 @@ def _node(tmp_path: Path, **settings: Any) -> tuple[LedgerNode, list[ClaimRef]]:
     return node, [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
 
 
-async def test_one_call_makes_one_commit_per_step_and_one_group_of_specs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    groups: list[int] = []
-    apply = SpecStore.apply
-
-    def counted(self: SpecStore, changes: Any) -> Any:
-        groups.append(len(changes))
-        return apply(self, changes)
-
-    monkeypatch.setattr(SpecStore, "apply", counted)  # the spec writer thread's work
-    node, refs = _node(tmp_path)
-    before = node.ledger.metrics.store_commits._value.get()
-    outcomes = await node.prepare(*refs)
-    assert all(o.error == "" for o in outcomes.values())
-    # Intents, then completions: two commits however many claims.
-    assert node.ledger.metrics.store_commits._value.get() - before == 2
-    assert groups == [CLAIMS]
+def _all_prepared(node: LedgerNode, refs: list[ClaimRef]) -> None:
     for i, ref in enumerate(refs):
         node.assert_prepared(ref, f"gpu-{i}")
 
 
-async def test_one_unprepare_call_makes_one_commit_per_step_and_one_group_of_removals(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _fail_when(
+    monkeypatch: pytest.MonkeyPatch,
+    owner: object,
+    method: str,
+    victim: ClaimRef,
+    error: Exception | Callable[[], Exception | None],
 ) -> None:
-    node, refs = _node(tmp_path)
-    assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
+    """``owner.method`` (an async method whose first argument is the claim, or its
+    namespace then name) raises for ``victim``; ``error`` may be a function giving the
+    error for each call (None: this call goes through)."""
+    real = getattr(owner, method)
+
+    async def wrapped(*args: Any, **kwargs: Any) -> Any:
+        first = args[0]
+        hit = first.uid == victim.uid if isinstance(first, ClaimRef) else args[1] == victim.name
+        failure = (error() if callable(error) else error) if hit else None
+        if failure is not None:
+            raise failure
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, method, wrapped)
+
+
+@pytest.fixture
+def spec_groups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many claims each hand-over to the spec writer thread carried (for engines
+    made after the fixture: a writer thread binds ``apply`` when it is made)."""
     groups: list[int] = []
     apply = SpecStore.apply
 
@@ -64,12 +69,33 @@ async def test_one_unprepare_call_makes_one_commit_per_step_and_one_group_of_rem
         return apply(self, changes)
 
     monkeypatch.setattr(SpecStore, "apply", counted)
-    engine = node.restart()  # its spec writer thread calls the counted ``apply``
-    before = engine.metrics.store_commits._value.get()
+    return groups
+
+
+async def test_one_call_makes_one_commit_per_step_and_one_group_of_specs(
+    tmp_path: Path, spec_groups: list[int]
+) -> None:
+    node, refs = _node(tmp_path)
+    before = node.ledger.metrics.store_commits._value.get()
+    outcomes = await node.prepare(*refs)
+    assert all(o.error == "" for o in outcomes.values())
+    # Intents, then completions: two commits however many claims.
+    assert node.ledger.metrics.store_commits._value.get() - before == 2
+    assert spec_groups == [CLAIMS]
+    _all_prepared(node, refs)
+
+
+async def test_one_unprepare_call_makes_one_commit_per_step_and_one_group_of_removals(
+    tmp_path: Path, spec_groups: list[int]
+) -> None:
+    node, refs = _node(tmp_path)
+    assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
+    spec_groups.clear()
+    before = node.ledger.metrics.store_commits._value.get()
     assert await node.unprepare(*refs) == {ref.uid: "" for ref in refs}
     # UnprepareStarted, then the records' removal: two commits however many claims.
-    assert engine.metrics.store_commits._value.get() - before == 2
-    assert groups == [CLAIMS]
+    assert node.ledger.metrics.store_commits._value.get() - before == 2
+    assert spec_groups == [CLAIMS]
     for ref in refs:
         node.assert_gone(ref)
 
@@ -82,23 +108,11 @@ async def test_a_claim_failing_at_an_unprepare_step_fails_alone(
     assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
     victim = refs[2]
     if step == "release":
-        real_release = node.backend.release
-
-        async def release(claim: ClaimRef, device: AllocatedDevice, state: Any) -> None:
-            if claim.uid == victim.uid:
-                raise RuntimeError("device stuck in reset")
-            await real_release(claim, device, state)
-
-        monkeypatch.setattr(node.backend, "release", release)
+        _fail_when(
+            monkeypatch, node.backend, "release", victim, RuntimeError("device stuck in reset")
+        )
     else:
-        real_remove = node.claims.remove_finalizer
-
-        async def remove_finalizer(namespace: str, name: str, *args: Any) -> Any:
-            if name == victim.name:
-                raise ConnectionError("patch refused")
-            return await real_remove(namespace, name, *args)
-
-        monkeypatch.setattr(node.claims, "remove_finalizer", remove_finalizer)
+        _fail_when(monkeypatch, node.claims, "remove_finalizer", victim, ConnectionError("refused"))
     errors_by_claim = await node.unprepare(*refs)
     for ref in refs:
         if ref != victim:
@@ -121,28 +135,6 @@ async def test_a_claim_failing_at_an_unprepare_step_fails_alone(
     node.assert_gone(victim)
 
 
-@pytest.mark.parametrize(
-    "point",
-    [
-        execute.FP_AFTER_UNPREPARE_STARTED,
-        execute.FP_AFTER_RELEASE,
-        execute.FP_AFTER_FINALIZER_REMOVED,
-    ],
-)
-async def test_a_kill_between_the_steps_of_an_unprepare_group_is_finished_at_start(
-    tmp_path: Path, point: str
-) -> None:
-    node, refs = _node(tmp_path)
-    assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
-    with crash_at(point, nth=4), pytest.raises(SimulatedCrash):
-        await node.unprepare(*refs)
-    engine = node.restart()
-    await engine.recover()
-    for ref in refs:
-        node.assert_gone(ref)
-    assert await node.findings() == []
-
-
 class _Faults:
     """Makes claim ``c2`` fail at one step; every other claim goes through."""
 
@@ -152,34 +144,16 @@ class _Faults:
         self.victim = node.refs["c2"]
 
     def read(self) -> None:
-        real = self.node.claims.get_claim
-
-        async def get_claim(namespace: str, name: str) -> Any:
-            if name == self.victim.name:
-                raise ConnectionError("API server unreachable")
-            return await real(namespace, name)
-
-        self.monkeypatch.setattr(self.node.claims, "get_claim", get_claim)
+        self._fail(self.node.claims, "get_claim", ConnectionError("API server unreachable"))
 
     def finalizer(self) -> None:
-        real = self.node.claims.add_finalizer
-
-        async def add_finalizer(namespace: str, name: str, *args: Any, **kwargs: Any) -> Any:
-            if name == self.victim.name:
-                raise ConnectionError("patch refused")
-            return await real(namespace, name, *args, **kwargs)
-
-        self.monkeypatch.setattr(self.node.claims, "add_finalizer", add_finalizer)
+        self._fail(self.node.claims, "add_finalizer", ConnectionError("patch refused"))
 
     def backend(self) -> None:
-        real = self.node.backend.prepare
+        self._fail(self.node.backend, "prepare", RuntimeError("device fell off the bus"))
 
-        async def prepare(claim: ClaimRef, device: AllocatedDevice) -> PreparedDevice:
-            if claim.uid == self.victim.uid:
-                raise RuntimeError("device fell off the bus")
-            return await real(claim, device)
-
-        self.monkeypatch.setattr(self.node.backend, "prepare", prepare)
+    def _fail(self, owner: object, method: str, error: Exception) -> None:
+        _fail_when(self.monkeypatch, owner, method, self.victim, error)
 
     def spec(self) -> None:
         # A directory where the claim's spec goes: that one write is refused.
@@ -227,31 +201,24 @@ async def test_a_claim_refused_at_its_intent_fails_alone(tmp_path: Path) -> None
     outcomes = await node.prepare(*refs[1:], rival)
     assert "is still prepared for claim" in outcomes[rival.uid].error
     assert node.record(rival) is None and node.held_by(rival) == []
-    for i, ref in enumerate(refs):
-        node.assert_prepared(ref, f"gpu-{i}")
+    _all_prepared(node, refs)
 
 
 async def test_a_claim_failing_temporarily_is_prepared_again_on_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node, refs = _node(tmp_path)
-    real = node.backend.prepare
-    victim = refs[3]
-    tries: list[str] = []
+    tries: list[int] = []
 
-    async def prepare(claim: ClaimRef, device: AllocatedDevice) -> PreparedDevice:
-        if claim.uid == victim.uid:
-            tries.append(claim.uid)
-            if len(tries) == 1:
-                raise errors.TemporaryError("still resetting", delay=0.01)
-        return await real(claim, device)
+    def first_try_fails() -> Exception | None:
+        tries.append(len(tries))
+        return errors.TemporaryError("still resetting", delay=0.01) if len(tries) == 1 else None
 
-    monkeypatch.setattr(node.backend, "prepare", prepare)
+    _fail_when(monkeypatch, node.backend, "prepare", refs[3], first_try_fails)
     outcomes = await node.prepare(*refs)
     assert {o.error for o in outcomes.values()} == {""}
     assert len(tries) == 2
-    for i, ref in enumerate(refs):
-        node.assert_prepared(ref, f"gpu-{i}")
+    _all_prepared(node, refs)
 
 
 async def test_a_group_whose_locks_cannot_be_taken_goes_on_claim_by_claim(
@@ -269,32 +236,36 @@ async def test_a_group_whose_locks_cannot_be_taken_goes_on_claim_by_claim(
     monkeypatch.setattr(store, "claim_locks", refused)
     outcomes = await node.prepare(*refs)
     assert {o.error for o in outcomes.values()} == {""}
-    for i, ref in enumerate(refs):
-        node.assert_prepared(ref, f"gpu-{i}")
+    _all_prepared(node, refs)
 
 
 @pytest.mark.parametrize(
-    "point",
+    ("operation", "point"),
     [
-        execute.FP_AFTER_STARTED,
-        execute.FP_AFTER_FINALIZER,
-        execute.FP_AFTER_BACKEND_PREPARE,
-        execute.FP_AFTER_SPEC,
+        ("prepare", execute.FP_AFTER_STARTED),
+        ("prepare", execute.FP_AFTER_FINALIZER),
+        ("prepare", execute.FP_AFTER_BACKEND_PREPARE),
+        ("prepare", execute.FP_AFTER_SPEC),
+        ("unprepare", execute.FP_AFTER_UNPREPARE_STARTED),
+        ("unprepare", execute.FP_AFTER_RELEASE),
+        ("unprepare", execute.FP_AFTER_FINALIZER_REMOVED),
     ],
 )
-async def test_a_kill_between_the_steps_of_a_group_is_rolled_back_at_start(
-    tmp_path: Path, point: str
+async def test_a_kill_between_the_steps_of_a_group_leaves_nothing_after_a_start(
+    tmp_path: Path, operation: str, point: str
 ) -> None:
     node, refs = _node(tmp_path)
+    if operation == "unprepare":
+        assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
     with crash_at(point, nth=4), pytest.raises(SimulatedCrash):
-        await node.prepare(*refs)
+        await getattr(node, operation)(*refs)
     engine = node.restart()
     await engine.recover()
-    # Nothing of the interrupted call is left: the kubelet's retry starts afresh.
+    # An interrupted prepare is rolled back, an interrupted unprepare finished.
     for ref in refs:
         node.assert_gone(ref)
     assert await node.findings() == []
-    outcomes = await node.prepare(*refs)
+    outcomes = await node.prepare(*refs)  # the kubelet prepares them again from scratch
     assert {o.error for o in outcomes.values()} == {""}
 
 

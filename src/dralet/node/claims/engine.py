@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -80,6 +81,16 @@ INLINE_CHECKS = 8
 worker thread together."""
 
 _Check = tuple[str, ClaimRecord | None, "asyncio.Future[bool]"]
+
+
+class _Route(enum.Enum):
+    """Where a claim of a group goes once observed (unless it is answered at once)."""
+
+    TOGETHER = "together"
+    ALONE = "alone"
+
+
+_Sorted = _Route | Callable[[ClaimRef, ClaimView], PrepareOutcome]
 _A = TypeVar("_A")
 
 
@@ -343,86 +354,75 @@ class ClaimEngine:
                 self._slots.release(held)
             await asyncio.sleep(0)  # other calls' groups get their turn
 
-    async def _unprepare_group(self, call: _Call, group: Sequence[ClaimRef]) -> None:
-        """Observe and plan a group of claims under their locks; answer unknown claims,
-        and tear down the prepared ones together (``teardown_many``). A claim with an
-        orphan spec, one named twice, and any claim in fail-closed mode take the
-        one-claim route."""
-        started = time.perf_counter()
-        down: list[tuple[ClaimRef, ClaimRecord]] = []
-        alone: list[ClaimRef] = []
-        uids = [ref.uid for ref in group]
-        if len(set(uids)) < len(uids):
-            alone = list(group)
-            group, uids = [], []
-        results: Sequence[BaseException | None] = ()
-        try:
-            async with self.store.claim_locks(uids):
-                views = await self.observe_group(uids)
-                for ref, view in zip(group, views, strict=True):
-                    if isinstance(view, BaseException):
-                        self._answered(call, ref, started, _outcome_of, view)
-                        continue
-                    actions = plan.plan_unprepare(view)
-                    if not actions:
-                        self._stale_since.pop(ref.uid, None)
-                        self._answered(call, ref, started, _outcome_of, None)
-                    elif actions == [plan.Action.UNPREPARE] and view.record is not None:
-                        down.append((ref, view.record))
-                    else:
-                        alone.append(ref)
-                if down:
-                    results = await self.steps.teardown_many(
-                        [record for _, record in down], reason="unprepare"
-                    )
-                for (ref, _), result in zip(down, results, strict=True):
-                    if result is None:
-                        self._stale_since.pop(ref.uid, None)
-        except errors.IrreversibleError:
-            raise
-        except Exception:
-            log.warning("a group of claims goes on one by one", exc_info=True)
-            results = ()
-            alone = [ref for ref in group if ref.uid not in call.outcomes]
-            down = []
-        irreversible = self._answer_all(call, [ref for ref, _ in down], results, started)
-        if alone:
-            await asyncio.gather(*(self._alone(call, ref, 0.0) for ref in alone))
-        if irreversible is not None:
-            raise irreversible
+    async def _prepare_group(self, call: _Call, group: Sequence[ClaimRef]) -> None:
+        """Claims without a record are prepared together (``prepare_fresh_many``); those
+        prepared already are answered from their records."""
 
-    def _answer_all(
+        def sort(view: ClaimView) -> _Sorted:
+            actions = plan.plan_prepare(view)
+            if actions == [plan.Action.PREPARE]:
+                return _Route.TOGETHER
+            if actions == [plan.Action.ANSWER_PREPARED]:
+                return self._prepared_answer
+            return _Route.ALONE
+
+        async def run(
+            together: Sequence[tuple[ClaimRef, ClaimView]],
+        ) -> Sequence[ClaimRecord | BaseException]:
+            return await self.steps.prepare_fresh_many([ref for ref, _ in together])
+
+        await self._run_group(call, group, sort, run)
+
+    async def _unprepare_group(self, call: _Call, group: Sequence[ClaimRef]) -> None:
+        """Prepared claims are torn down together (``teardown_many``); claims without a
+        record are answered at once (unprepare is idempotent)."""
+
+        def sort(view: ClaimView) -> _Sorted:
+            actions = plan.plan_unprepare(view)
+            if not actions:
+                return self._nothing_to_unprepare
+            if actions == [plan.Action.UNPREPARE] and view.record is not None:
+                return _Route.TOGETHER
+            return _Route.ALONE
+
+        async def run(
+            together: Sequence[tuple[ClaimRef, ClaimView]],
+        ) -> Sequence[BaseException | None]:
+            records = [view.record for _, view in together if view.record is not None]
+            results = await self.steps.teardown_many(records, reason="unprepare")
+            for (ref, _), result in zip(together, results, strict=True):
+                if result is None:
+                    self._stale_since.pop(ref.uid, None)
+            return results
+
+        await self._run_group(call, group, sort, run)
+
+    async def _run_group(
         self,
         call: _Call,
-        refs: Sequence[ClaimRef],
-        results: Sequence[ClaimRecord | BaseException | None],
-        started: float,
-    ) -> BaseException | None:
-        """Answer each claim of a group from its result; the first irreversible failure
-        (the call's answer, once every other claim has its own)."""
-        irreversible: BaseException | None = None
-        for ref, result in zip(refs, results, strict=True):
-            if isinstance(result, errors.IrreversibleError) or (
-                isinstance(result, BaseException) and not isinstance(result, Exception)
-            ):
-                irreversible = irreversible or result
-            else:
-                self._answered(call, ref, started, _outcome_of, result)
-        return irreversible
+        group: Sequence[ClaimRef],
+        sort: Callable[[ClaimView], _Sorted],
+        run: Callable[
+            [Sequence[tuple[ClaimRef, ClaimView]]],
+            Awaitable[Sequence[ClaimRecord | BaseException | None]],
+        ],
+    ) -> None:
+        """A group of a call's claims: observed and sorted under their locks (``sort``:
+        answered at once, done together by ``run``, or alone), then each answered.
 
-    async def _prepare_group(self, call: _Call, group: Sequence[ClaimRef]) -> None:
-        """Observe and plan a group of claims under their locks; answer those prepared
-        already, and prepare those without a record together (``prepare_fresh_many``).
-        A claim with interrupted work to finish first, a claim named twice, and a claim
-        that failed temporarily (once its delay has passed) take the one-claim route."""
+        A claim with interrupted work to finish first, a claim named twice, a prepare
+        that failed temporarily (once its delay has passed), and every claim of a group
+        whose locks or observation failed as a whole take the one-claim route, where
+        observe → plan finishes whatever the group left half done.
+        """
         started = time.perf_counter()
-        fresh: list[ClaimRef] = []
+        together: list[tuple[ClaimRef, ClaimView]] = []
         alone: list[tuple[ClaimRef, float]] = []
         uids = [ref.uid for ref in group]
         if len(set(uids)) < len(uids):
             alone = [(ref, 0.0) for ref in group]
             group, uids = [], []
-        results: Sequence[ClaimRecord | BaseException] = ()
+        results: Sequence[ClaimRecord | BaseException | None] = ()
         try:
             async with self.store.claim_locks(uids):
                 views = await self.observe_group(uids)
@@ -430,29 +430,26 @@ class ClaimEngine:
                     if isinstance(view, BaseException):
                         self._answered(call, ref, started, _outcome_of, view)
                         continue
-                    actions = plan.plan_prepare(view)
-                    if actions == [plan.Action.PREPARE]:
-                        fresh.append(ref)
-                    elif actions == [plan.Action.ANSWER_PREPARED]:
-                        self._answered(call, ref, started, self._prepared_answer, view)
-                    else:
+                    sorted_as = sort(view)
+                    if sorted_as is _Route.TOGETHER:
+                        together.append((ref, view))
+                    elif sorted_as is _Route.ALONE:
                         alone.append((ref, 0.0))
-                if fresh:
-                    results = await self.steps.prepare_fresh_many(fresh)
+                    else:
+                        self._answered(call, ref, started, sorted_as, view)
+                if together:
+                    results = await run(together)
         except errors.IrreversibleError:
             raise
         except Exception:
-            # Not any one claim's failure: each claim not answered yet goes on alone,
-            # where whatever failed fails that claim (observe → plan finishes any work
-            # the group left half done).
             log.warning("a group of claims goes on one by one", exc_info=True)
-            results = ()
+            results, together = (), []
             alone = [(ref, 0.0) for ref in group if ref.uid not in call.outcomes]
-            fresh = []
-        answered: list[tuple[ClaimRef, ClaimRecord | BaseException]] = []
-        for ref, result in zip(fresh, results, strict=True):
+        answered: list[tuple[ClaimRef, ClaimRecord | BaseException | None]] = []
+        for (ref, _), result in zip(together, results, strict=True):
             if (
-                isinstance(result, errors.TemporaryError)
+                call.operation == "prepare"
+                and isinstance(result, errors.TemporaryError)
                 and time.monotonic() + result.delay < call.deadline
             ):
                 log.info(
@@ -464,13 +461,33 @@ class ClaimEngine:
                 alone.append((ref, result.delay))
             else:
                 answered.append((ref, result))
-        irreversible = self._answer_all(
-            call, [ref for ref, _ in answered], [r for _, r in answered], started
-        )
+        irreversible = self._answer_all(call, answered, started)
         if alone:
             await asyncio.gather(*(self._alone(call, ref, delay) for ref, delay in alone))
         if irreversible is not None:
             raise irreversible
+
+    def _nothing_to_unprepare(self, ref: ClaimRef, _: ClaimView) -> PrepareOutcome:
+        self._stale_since.pop(ref.uid, None)
+        return PrepareOutcome()
+
+    def _answer_all(
+        self,
+        call: _Call,
+        answered: Sequence[tuple[ClaimRef, ClaimRecord | BaseException | None]],
+        started: float,
+    ) -> BaseException | None:
+        """Answer each claim of a group from its result; the first irreversible failure
+        (the call's answer, once every other claim has its own)."""
+        irreversible: BaseException | None = None
+        for ref, result in answered:
+            if isinstance(result, errors.IrreversibleError) or (
+                isinstance(result, BaseException) and not isinstance(result, Exception)
+            ):
+                irreversible = irreversible or result
+            else:
+                self._answered(call, ref, started, _outcome_of, result)
+        return irreversible
 
     def _answered(
         self,
