@@ -18,7 +18,9 @@ owns). Every ratio divides two figures measured in this one run:
   here reads claims from memory);
 - 64 concurrent clients on overlapping claims for ``--duration`` seconds: p99 over the
   1-claim p50, the CPU the driver and the clients (this process) used meanwhile, and
-  how often the hardware was asked for a device another claim holds;
+  how often the hardware was asked for a device another claim holds; then the same
+  clients for as long against a plugin that does nothing (``null_plugin.py``: grpcio's
+  server answering at once), the floor of any Python gRPC driver under that load;
 - fsyncs per lifecycle and per 1,000-claim call (the driver run under ``strace``);
 - the driver's RSS idle and with 10,000 claims prepared (the benchmark driver: its claims
   are made when read, so the figure is the driver's own memory), and that of the real
@@ -56,6 +58,8 @@ from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
 from dralet.cluster import ControlPlane
 from dralet.cluster.process import DriverPaths, DriverProcess, driver_args
 from dralet.kubelet import KubeletClaim, KubeletEmulator, PluginConnection
+from dralet.kubelet.services import DRA_PLUGIN_TYPE, V1
+from dralet.protocol.proto import pluginregistration_v1_pb2
 
 HERE = Path(__file__).resolve().parent
 DRIVER = "gpu.example.com"
@@ -340,6 +344,43 @@ async def concurrent_clients(
     return out
 
 
+@dataclass
+class NullFloor:
+    one_claim: float
+    """Median 1-claim prepare call."""
+    hammer: Concurrent
+
+
+async def null_floor(root: Path, duration: float, calls: int) -> NullFloor:
+    """``calls`` 1-claim prepare calls, then the concurrent clients, against
+    ``null_plugin.py``."""
+    root.mkdir(parents=True)  # noqa: ASYNC240
+    socket = root / "null.sock"
+    process = subprocess.Popen(  # noqa: ASYNC220
+        [sys.executable, str(HERE / "null_plugin.py"), str(socket)]
+    )
+    info = pluginregistration_v1_pb2.PluginInfo(
+        type=DRA_PLUGIN_TYPE, name=DRIVER, endpoint=str(socket), supported_versions=[V1]
+    )
+    plugin = PluginConnection(info, V1, socket)
+    try:
+        deadline = time.monotonic() + 60
+        while not socket.exists():
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"null_plugin.py did not serve {socket}")
+            await asyncio.sleep(0.05)
+        one_claim = []
+        for i in range(calls):
+            one_claim.append(await one_call(plugin, [claim(i)], prepare=True))
+            await one_call(plugin, [claim(i)], prepare=False)
+        hammer = await concurrent_clients(plugin, duration, 0, process.pid)
+        return NullFloor(statistics.median(one_claim), hammer)
+    finally:
+        await plugin.close()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
 async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     cdi_tmpfs = Path(tempfile.mkdtemp(prefix="dralet-bench-cdi-", dir=TMPFS))
@@ -403,6 +444,7 @@ async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]
                 big.plugin, args.duration, RSS_CLAIMS, big.process.pid
             )
             violations = big.violations()
+        nothing = await null_floor(root / "null", args.duration, args.cycles // 2)
         real_rss = await run_driver_rss(root / "run")
     finally:
         shutil.rmtree(cdi_tmpfs, ignore_errors=True)
@@ -413,6 +455,7 @@ async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]
     floor = floor_parts.total()
     commit, spec, rpc = floor_parts.medians()
     p99 = percentile(hammer.latencies, 0.99)
+    null_p99 = percentile(nothing.hammer.latencies, 0.99)
     rows += [
         ("lifecycle p50, 1,000 recorded / none",
          f"{p50_full * 1e3:.2f} / {p50_empty * 1e3:.2f} ms", f"{p50_full / p50_empty:.2f}x"),
@@ -441,6 +484,14 @@ async def run(args: argparse.Namespace, root: Path) -> list[tuple[str, str, str]
          f"{hammer.driver_cpu:.1f} / {hammer.clients_cpu:.1f} / "
          f"{(os.cpu_count() or 1) * args.duration:g} s "
          f"({len(hammer.latencies) / args.duration:,.0f} prepares/s)", ""),
+        ("  a plugin that does nothing, same clients: p99 / dralet's 1-claim p50",
+         f"{null_p99 * 1e3:.1f} / {p50_one * 1e3:.2f} ms "
+         f"({len(nothing.hammer.latencies):,} calls)", f"{null_p99 / p50_one:.1f}x"),
+        ("    its own 1-claim p50; CPU: it / clients",
+         f"{nothing.one_claim * 1e3:.2f} ms; {nothing.hammer.driver_cpu:.1f} / "
+         f"{nothing.hammer.clients_cpu:.1f} s", ""),
+        ("  dralet's p99 / that plugin's p99 (the same load)",
+         f"{p99 * 1e3:.1f} / {null_p99 * 1e3:.1f} ms", f"{p99 / null_p99:.1f}x"),
         ("  device asked of the hardware while another claim held it",
          f"{violations} ({hammer.refused:,} correct refusals)", ""),
         ("fsyncs: one lifecycle / one 1,000-claim prepare call",

@@ -33,9 +33,9 @@ def evolve(value: _Value, **changes: Any) -> _Value:
     no ``InitVar``): a copy with ``changes``, made without calling ``__init__``. A claim
     moves through several copies per step, and ``replace``'s work per field showed in
     profiles of 1,000-claim calls."""
-    unknown = changes.keys() - value.__dataclass_fields__.keys()
-    if unknown:
-        raise TypeError(f"{type(value).__name__} has no field {sorted(unknown)[0]!r}")
+    if not changes.keys() <= value.__dataclass_fields__.keys():
+        unknown = sorted(changes.keys() - value.__dataclass_fields__.keys())
+        raise TypeError(f"{type(value).__name__} has no field {unknown[0]!r}")
     copy = object.__new__(type(value))
     copy.__dict__.update(value.__dict__, **changes)
     return copy
