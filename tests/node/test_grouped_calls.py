@@ -274,9 +274,9 @@ async def test_a_group_is_as_large_as_the_slots_free_and_no_larger(tmp_path: Pat
     sizes: list[int] = []
     real = node.ledger.steps.prepare_fresh_many
 
-    async def sized(group: Any) -> Any:
+    async def sized(group: Any, **kwargs: Any) -> Any:
         sizes.append(len(group))
-        return await real(group)
+        return await real(group, **kwargs)
 
     node.ledger.steps.prepare_fresh_many = sized  # type: ignore[method-assign,assignment]
     outcomes = await node.prepare(*refs)
@@ -341,3 +341,103 @@ async def test_two_calls_wanting_many_slots_never_wait_on_each_other() -> None:
 
     await asyncio.wait_for(asyncio.gather(*(call(f"call-{n}", 10) for n in range(5))), timeout=10)
     assert sorted(done) == [f"call-{n}" for n in range(5)]
+
+
+async def test_a_claim_retrying_temporarily_holds_back_neither_its_call_nor_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # c0 fails temporarily until the budget ends. On its own slot it retries beside the
+    # call's next group (c4, c5) and beside a call that comes meanwhile.
+    node = LedgerNode.create(tmp_path, gpus=CLAIMS + 1, max_parallel_claims=4, call_budget=1.0)
+    refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
+    other = node.add_claim("other", f"gpu-{CLAIMS}")
+    prepared_meanwhile: list[bool] = []
+
+    def still_resetting() -> Exception:
+        prepared_meanwhile.append(
+            all(node.record(ref) is not None for ref in (refs[4], refs[5], other))
+        )
+        return errors.TemporaryError("resetting", delay=0.05)
+
+    _fail_when(monkeypatch, node.backend, "prepare", refs[0], still_resetting)
+
+    async def later() -> str:
+        await asyncio.sleep(0.2)
+        return (await node.prepare(other))[other.uid].error
+
+    outcomes, other_error = await asyncio.gather(node.prepare(*refs), later())
+    assert await node.ledger.work.drain(10)
+    # Retryable either way: its last try may still be running when the budget ends.
+    assert outcomes[refs[0].uid].error.endswith("retry")
+    assert {outcomes[ref.uid].error for ref in refs[1:]} == {""}
+    assert other_error == ""
+    # The call's last group and the other call were done while c0 was still retrying.
+    assert prepared_meanwhile[-1]
+    for i, ref in enumerate(refs[1:], start=1):
+        node.assert_prepared(ref, f"gpu-{i}")
+    node.assert_prepared(other, f"gpu-{CLAIMS}")
+    assert node.ledger._slots._free == 4  # every slot given back
+
+
+async def test_claims_prepared_are_answered_before_a_slow_rollback_of_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # c0's prepare fails and its rollback outlasts the call's budget: the claims the
+    # group prepared are answered as prepared, not as unfinished.
+    node, refs = _node(tmp_path, call_budget=0.5)
+    _fail_when(monkeypatch, node.backend, "prepare", refs[0], RuntimeError("fell off the bus"))
+    real = node.backend.release
+
+    async def slowly(*args: Any) -> Any:
+        await asyncio.sleep(1.0)
+        return await real(*args)
+
+    monkeypatch.setattr(node.backend, "release", slowly)
+    outcomes = await node.prepare(*refs)
+    assert "not finished within the call's time budget" in outcomes[refs[0].uid].error
+    assert {outcomes[ref.uid].error for ref in refs[1:]} == {""}
+    assert await node.ledger.work.drain(10)  # the rollback went on after the answer
+    node.assert_gone(refs[0])
+    for i, ref in enumerate(refs[1:], start=1):
+        node.assert_prepared(ref, f"gpu-{i}")
+
+
+async def test_an_irreversible_failure_is_the_answer_only_once_every_other_claim_has_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two slots, so the call runs in three groups. c0 fails, and its rollback cannot
+    # release its device; c3 goes on alone after a temporary failure and takes a while.
+    node, refs = _node(tmp_path, max_parallel_claims=2)
+    tries: dict[str, int] = {}
+    real_prepare = node.backend.prepare
+
+    async def prepare(claim: ClaimRef, *args: Any) -> Any:
+        tries[claim.uid] = tries.get(claim.uid, 0) + 1
+        if claim.uid == refs[0].uid:
+            raise RuntimeError("fell off the bus")
+        if claim.uid == refs[3].uid and tries[claim.uid] == 1:
+            raise errors.TemporaryError("resetting", delay=0.05)
+        if claim.uid == refs[3].uid:
+            await asyncio.sleep(0.3)
+        return await real_prepare(claim, *args)
+
+    monkeypatch.setattr(node.backend, "prepare", prepare)
+    _fail_when(monkeypatch, node.backend, "release", refs[0], errors.IrreversibleError("wedged"))
+    with pytest.raises(errors.IrreversibleError, match="wedged"):
+        await node.prepare(*refs)
+    # Every other claim was done, in every group, before the call answered Internal.
+    for i, ref in enumerate(refs[1:], start=1):
+        node.assert_prepared(ref, f"gpu-{i}")
+    assert node.ledger._slots._free == 2
+
+
+async def test_a_slot_waiter_cancelled_as_a_slot_comes_ends_cancelled() -> None:
+    slots = FairSlots(1)
+    assert await slots.acquire_some("a", 1) == 1
+    waiter = asyncio.ensure_future(slots.acquire_some("b", 5))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    slots.release(1)  # in the same turn as the cancel
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert await slots.acquire_some("c", 1) == 1  # the slot was passed on, not lost

@@ -71,6 +71,34 @@ class _Call:
     refs: Sequence[ClaimRef]
     deadline: float
     outcomes: dict[str, PrepareOutcome] = field(default_factory=dict)
+    irreversible: BaseException | None = None
+    """The first irreversible failure: the call's answer (Internal), given once every
+    other claim has its own."""
+
+    def failed_irreversibly(self, exc: BaseException) -> None:
+        if self.irreversible is None:
+            self.irreversible = exc
+        else:
+            log.error("another irreversible failure in the same call: %s", exc)
+
+
+class _Held:
+    """The slots a group holds: one per claim still at work. A claim answered gives its
+    slot back at once; a claim going on alone takes its slot with it."""
+
+    def __init__(self, slots: FairSlots, count: int) -> None:
+        self._slots = slots
+        self.count = count
+
+    def give_back(self, count: int = 1) -> None:
+        count = min(count, self.count)
+        self.count -= count
+        self._slots.release(count)
+
+    def hand_over(self) -> None:
+        """One slot passes to a claim going on alone (which releases it when done)."""
+        assert self.count > 0, "a claim going on alone holds a slot of its group"
+        self.count -= 1
 
 
 GC_PAUSE_CLAIMS = 32
@@ -92,6 +120,10 @@ class _Route(enum.Enum):
 
 _Sorted = _Route | Callable[[ClaimRef, ClaimView], PrepareOutcome]
 _A = TypeVar("_A")
+_Alone = tuple[ClaimRef, float]
+"""A claim going on alone, after so many seconds."""
+_Early = Callable[[int, ClaimRecord], None]
+"""Told each claim of a group as soon as it is prepared (its index in the group)."""
 
 
 def _outcome_of(_: ClaimRef, result: ClaimRecord | BaseException | None) -> PrepareOutcome:
@@ -322,9 +354,11 @@ class ClaimEngine:
         finally:
             queue.clear()  # whatever was not started stays unstarted
         for worker in workers:
-            # An irreversible failure (→ Internal) or the process dying at a failpoint.
+            # The process dying at a failpoint (a BaseException that is not an Exception).
             if worker.done() and not worker.cancelled() and worker.exception() is not None:
                 raise worker.exception()  # type: ignore[misc]
+        if call.irreversible is not None:
+            raise call.irreversible
         for ref in call.refs:
             if ref.uid not in call.outcomes:
                 call.outcomes[ref.uid] = PrepareOutcome(
@@ -337,24 +371,34 @@ class ClaimEngine:
         self,
         call: _Call,
         queue: list[ClaimRef],
-        run: Callable[[_Call, Sequence[ClaimRef]], Awaitable[None]],
+        run: Callable[[_Call, Sequence[ClaimRef], _Held], Awaitable[list[_Alone]]],
     ) -> None:
         """Run a call's claims in groups, each as many claims as it got slots for: one
-        slot in the call's turn, and then every slot free at that moment."""
+        slot in the call's turn, and then every slot free at that moment. A claim going
+        on alone (``_alone``) runs beside the call's next groups, on its own slot; the
+        call ends when every group and every claim gone alone has ended."""
+        alone: list[asyncio.Task[None]] = []
         while queue:
-            held = await self._slots.acquire_some(call, len(queue))
-            group = [queue.pop() for _ in range(min(held, len(queue)))]
+            held = _Held(self._slots, await self._slots.acquire_some(call, len(queue)))
+            group = [queue.pop() for _ in range(min(held.count, len(queue)))]
             try:
                 if not group or time.monotonic() >= call.deadline:
-                    return
-                self._slots.release(held - len(group))
-                held = len(group)
-                await run(call, group)
+                    break
+                held.give_back(held.count - len(group))
+                for ref, delay in await run(call, group, held):
+                    held.hand_over()
+                    alone.append(
+                        self.work.spawn(f"{call.operation}-alone", self._alone(call, ref, delay))
+                    )
             finally:
-                self._slots.release(held)
+                held.give_back(held.count)
             await asyncio.sleep(0)  # other calls' groups get their turn
+        if alone:
+            await asyncio.wait(alone)
 
-    async def _prepare_group(self, call: _Call, group: Sequence[ClaimRef]) -> None:
+    async def _prepare_group(
+        self, call: _Call, group: Sequence[ClaimRef], held: _Held
+    ) -> list[_Alone]:
         """Claims without a record are prepared together (``prepare_fresh_many``); those
         prepared already are answered from their records."""
 
@@ -367,13 +411,17 @@ class ClaimEngine:
             return _Route.ALONE
 
         async def run(
-            together: Sequence[tuple[ClaimRef, ClaimView]],
+            together: Sequence[tuple[ClaimRef, ClaimView]], prepared: _Early
         ) -> Sequence[ClaimRecord | BaseException]:
-            return await self.steps.prepare_fresh_many([ref for ref, _ in together])
+            return await self.steps.prepare_fresh_many(
+                [ref for ref, _ in together], prepared=prepared
+            )
 
-        await self._run_group(call, group, sort, run)
+        return await self._run_group(call, group, held, sort, run)
 
-    async def _unprepare_group(self, call: _Call, group: Sequence[ClaimRef]) -> None:
+    async def _unprepare_group(
+        self, call: _Call, group: Sequence[ClaimRef], held: _Held
+    ) -> list[_Alone]:
         """Prepared claims are torn down together (``teardown_many``); claims without a
         record are answered at once (unprepare is idempotent)."""
 
@@ -386,7 +434,7 @@ class ClaimEngine:
             return _Route.ALONE
 
         async def run(
-            together: Sequence[tuple[ClaimRef, ClaimView]],
+            together: Sequence[tuple[ClaimRef, ClaimView]], _early: _Early
         ) -> Sequence[BaseException | None]:
             records = [view.record for _, view in together if view.record is not None]
             results = await self.steps.teardown_many(records, reason="unprepare")
@@ -395,20 +443,22 @@ class ClaimEngine:
                     self._stale_since.pop(ref.uid, None)
             return results
 
-        await self._run_group(call, group, sort, run)
+        return await self._run_group(call, group, held, sort, run)
 
     async def _run_group(
         self,
         call: _Call,
         group: Sequence[ClaimRef],
+        held: _Held,
         sort: Callable[[ClaimView], _Sorted],
         run: Callable[
-            [Sequence[tuple[ClaimRef, ClaimView]]],
+            [Sequence[tuple[ClaimRef, ClaimView]], _Early],
             Awaitable[Sequence[ClaimRecord | BaseException | None]],
         ],
-    ) -> None:
+    ) -> list[_Alone]:
         """A group of a call's claims: observed and sorted under their locks (``sort``:
-        answered at once, done together by ``run``, or alone), then each answered.
+        answered at once, done together by ``run``, or alone), each answered as soon as
+        its result is known (giving back its slot); the claims that go on alone.
 
         A claim with interrupted work to finish first, a claim named twice, a prepare
         that failed temporarily (once its delay has passed), and every claim of a group
@@ -416,8 +466,16 @@ class ClaimEngine:
         observe → plan finishes whatever the group left half done.
         """
         started = time.perf_counter()
+
+        def answer(ref: ClaimRef, how: Callable[[ClaimRef, _A], PrepareOutcome], given: _A) -> None:
+            self._answered(call, ref, started, how, given)
+            held.give_back()
+
+        def prepared(index: int, record: ClaimRecord) -> None:
+            answer(together[index][0], _outcome_of, record)
+
         together: list[tuple[ClaimRef, ClaimView]] = []
-        alone: list[tuple[ClaimRef, float]] = []
+        alone: list[_Alone] = []
         uids = [ref.uid for ref in group]
         if len(set(uids)) < len(uids):
             alone = [(ref, 0.0) for ref in group]
@@ -428,7 +486,7 @@ class ClaimEngine:
                 views = await self.observe_group(uids)
                 for ref, view in zip(group, views, strict=True):
                     if isinstance(view, BaseException):
-                        self._answered(call, ref, started, _outcome_of, view)
+                        answer(ref, _outcome_of, view)
                         continue
                     sorted_as = sort(view)
                     if sorted_as is _Route.TOGETHER:
@@ -436,18 +494,24 @@ class ClaimEngine:
                     elif sorted_as is _Route.ALONE:
                         alone.append((ref, 0.0))
                     else:
-                        self._answered(call, ref, started, sorted_as, view)
+                        answer(ref, sorted_as, view)
                 if together:
-                    results = await run(together)
-        except errors.IrreversibleError:
-            raise
+                    results = await run(together, prepared)
+        except errors.IrreversibleError as exc:
+            call.failed_irreversibly(exc)
+            return alone
         except Exception:
             log.warning("a group of claims goes on one by one", exc_info=True)
             results, together = (), []
             alone = [(ref, 0.0) for ref in group if ref.uid not in call.outcomes]
-        answered: list[tuple[ClaimRef, ClaimRecord | BaseException | None]] = []
         for (ref, _), result in zip(together, results, strict=True):
-            if (
+            if ref.uid in call.outcomes:
+                continue  # answered as soon as it was prepared
+            if isinstance(result, errors.IrreversibleError) or (
+                isinstance(result, BaseException) and not isinstance(result, Exception)
+            ):
+                call.failed_irreversibly(result)
+            elif (
                 call.operation == "prepare"
                 and isinstance(result, errors.TemporaryError)
                 and time.monotonic() + result.delay < call.deadline
@@ -460,34 +524,12 @@ class ClaimEngine:
                 )
                 alone.append((ref, result.delay))
             else:
-                answered.append((ref, result))
-        irreversible = self._answer_all(call, answered, started)
-        if alone:
-            await asyncio.gather(*(self._alone(call, ref, delay) for ref, delay in alone))
-        if irreversible is not None:
-            raise irreversible
+                answer(ref, _outcome_of, result)
+        return alone
 
     def _nothing_to_unprepare(self, ref: ClaimRef, _: ClaimView) -> PrepareOutcome:
         self._stale_since.pop(ref.uid, None)
         return PrepareOutcome()
-
-    def _answer_all(
-        self,
-        call: _Call,
-        answered: Sequence[tuple[ClaimRef, ClaimRecord | BaseException | None]],
-        started: float,
-    ) -> BaseException | None:
-        """Answer each claim of a group from its result; the first irreversible failure
-        (the call's answer, once every other claim has its own)."""
-        irreversible: BaseException | None = None
-        for ref, result in answered:
-            if isinstance(result, errors.IrreversibleError) or (
-                isinstance(result, BaseException) and not isinstance(result, Exception)
-            ):
-                irreversible = irreversible or result
-            else:
-                self._answered(call, ref, started, _outcome_of, result)
-        return irreversible
 
     def _answered(
         self,
@@ -508,11 +550,17 @@ class ClaimEngine:
         self.metrics.operation_done(call.operation, result, time.perf_counter() - started)
 
     async def _alone(self, call: _Call, ref: ClaimRef, delay: float) -> None:
-        """One claim of a group on the one-claim route (after ``delay`` seconds)."""
-        if delay:
-            await asyncio.sleep(delay)
-        one = self._prepare_claim if call.operation == "prepare" else self._unprepare_claim
-        call.outcomes[ref.uid] = await self._timed(call.operation, ref, call.deadline, one)
+        """One claim of a group on the one-claim route (after ``delay`` seconds), on the
+        slot its group handed over."""
+        try:
+            if delay:
+                await asyncio.sleep(delay)
+            one = self._prepare_claim if call.operation == "prepare" else self._unprepare_claim
+            call.outcomes[ref.uid] = await self._timed(call.operation, ref, call.deadline, one)
+        except errors.IrreversibleError as exc:
+            call.failed_irreversibly(exc)
+        finally:
+            self._slots.release()
 
     async def _timed(
         self,

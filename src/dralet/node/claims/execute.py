@@ -220,7 +220,10 @@ class Steps:
         return result
 
     async def prepare_fresh_many(
-        self, refs: Sequence[ClaimRef]
+        self,
+        refs: Sequence[ClaimRef],
+        *,
+        prepared: Callable[[int, ClaimRecord], None] | None = None,
     ) -> list[ClaimRecord | BaseException]:
         """none → PrepareStarted → FinalizerAdded → DevicePrepared… → SpecWritten → Completed,
         for claims without a record (each one's lock held), moving through each step
@@ -230,7 +233,8 @@ class Steps:
 
         A result per claim: its completed record or its error. A claim that fails at any
         step leaves the group at once and, once the others are done, is torn down on its
-        own: one claim's failure never holds back or rolls back another's.
+        own: one claim's failure never holds back or rolls back another's. ``prepared``
+        hears of each claim prepared (its index in ``refs``) before those teardowns run.
         """
         out: list[ClaimRecord | BaseException] = [_NOT_DONE] * len(refs)
         claims = await each(refs, self.calls.get_claim, limit=self.calls.api_limit)
@@ -247,11 +251,20 @@ class Steps:
         live = await self._write_files(live, failed)
         live = await self._complete(live, failed)
         if self.settings.write_device_status:
-            await each(live, self._write_device_status, limit=self.calls.api_limit)
+            written = await each(live, self._write_device_status, limit=self.calls.api_limit)
+            for fresh, problem in zip(live, written, strict=True):
+                if problem is not None:  # advisory: the claim is prepared all the same
+                    log.error(
+                        "device status not written",
+                        exc_info=(type(problem), problem, problem.__traceback__),
+                        extra={"claim_uid": fresh.ref.uid},
+                    )
         for fresh in live:
             out[fresh.index] = fresh.record
             with _bound(fresh.ref):
                 log.info("prepared", extra={"devices": [d.device for d in fresh.record.devices]})
+            if prepared is not None:
+                prepared(fresh.index, fresh.record)
         # Every teardown at once: a group holds at most ``max_parallel_claims`` claims.
         undone = await each(failed, self._rolled_back, limit=max(1, len(failed)))
         for (fresh, _), error in zip(failed, undone, strict=True):

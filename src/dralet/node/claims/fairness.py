@@ -37,7 +37,9 @@ class FairSlots:
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self.release()  # handed a slot just as it was cancelled: pass it on
-            else:
+            elif self._waiting.get(call) is queue and future in queue:
+                # (A release in the same turn may have taken it off already, even the
+                # whole queue: then there is nothing left of it to forget.)
                 queue.remove(future)
                 if not queue:
                     self._forget(call)
