@@ -467,8 +467,11 @@ class ClaimEngine:
         """
         started = time.perf_counter()
 
+        answered: set[str] = set()  # (not call.outcomes: a UID may recur in a later group)
+
         def answer(ref: ClaimRef, how: Callable[[ClaimRef, _A], PrepareOutcome], given: _A) -> None:
             self._answered(call, ref, started, how, given)
+            answered.add(ref.uid)
             held.give_back()
 
         def prepared(index: int, record: ClaimRecord) -> None:
@@ -503,9 +506,9 @@ class ClaimEngine:
         except Exception:
             log.warning("a group of claims goes on one by one", exc_info=True)
             results, together = (), []
-            alone = [(ref, 0.0) for ref in group if ref.uid not in call.outcomes]
+            alone = [(ref, 0.0) for ref in group if ref.uid not in answered]
         for (ref, _), result in zip(together, results, strict=True):
-            if ref.uid in call.outcomes:
+            if ref.uid in answered:
                 continue  # answered as soon as it was prepared
             if isinstance(result, errors.IrreversibleError) or (
                 isinstance(result, BaseException) and not isinstance(result, Exception)
