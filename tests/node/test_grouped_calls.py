@@ -441,3 +441,36 @@ async def test_a_slot_waiter_cancelled_as_a_slot_comes_ends_cancelled() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiter
     assert await slots.acquire_some("c", 1) == 1  # the slot was passed on, not lost
+
+
+async def test_a_group_whose_locks_fail_to_be_given_back_keeps_its_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The group's work is done when giving back one lock fails: its claims are not done
+    # again one by one (a permanently failing claim would be tried twice).
+    node, refs = _node(tmp_path)
+    store = node.ledger.store
+    real_unlock = store.unlock_claim
+    failed_once: list[str] = []
+
+    def unlock(uid: str, lock: Any) -> None:
+        real_unlock(uid, lock)
+        if not failed_once:
+            failed_once.append(uid)
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(store, "unlock_claim", unlock)
+    tries: list[str] = []
+
+    def refused() -> Exception:
+        tries.append("c2")
+        return errors.PermanentError("not supported on this device")
+
+    _fail_when(monkeypatch, node.backend, "prepare", refs[2], refused)
+    outcomes = await node.prepare(*refs)
+    assert failed_once
+    assert "not supported" in outcomes[refs[2].uid].error
+    assert tries == ["c2"]
+    for i, ref in enumerate(refs):
+        if i != 2:
+            node.assert_prepared(ref, f"gpu-{i}")

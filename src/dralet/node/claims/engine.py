@@ -484,6 +484,7 @@ class ClaimEngine:
             alone = [(ref, 0.0) for ref in group]
             group, uids = [], []
         results: Sequence[ClaimRecord | BaseException | None] = ()
+        ran = False
         try:
             async with self.store.claim_locks(uids):
                 views = await self.observe_group(uids)
@@ -500,13 +501,17 @@ class ClaimEngine:
                         answer(ref, sorted_as, view)
                 if together:
                     results = await run(together, prepared)
+                ran = True
         except errors.IrreversibleError as exc:
             call.failed_irreversibly(exc)
             return alone
         except Exception:
-            log.warning("a group of claims goes on one by one", exc_info=True)
-            results, together = (), []
-            alone = [(ref, 0.0) for ref in group if ref.uid not in answered]
+            if ran:  # only giving back the locks failed: the results stand
+                log.warning("could not give back a group's claim locks", exc_info=True)
+            else:
+                log.warning("a group of claims goes on one by one", exc_info=True)
+                results, together = (), []
+                alone = [(ref, 0.0) for ref in group if ref.uid not in answered]
         for (ref, _), result in zip(together, results, strict=True):
             if ref.uid in answered:
                 continue  # answered as soon as it was prepared
