@@ -17,7 +17,7 @@ from dralet import errors, failpoints
 from dralet.cdi.store import SpecStore
 from dralet.node.backend import ClaimRef
 from dralet.node.claims import execute
-from dralet.node.claims.calls import each
+from dralet.node.claims.calls import each, each_until_late
 from dralet.node.claims.fairness import FairSlots
 from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
 
@@ -474,3 +474,98 @@ async def test_a_group_whose_locks_fail_to_be_given_back_keeps_its_results(
     for i, ref in enumerate(refs):
         if i != 2:
             node.assert_prepared(ref, f"gpu-{i}")
+
+
+async def test_a_claim_whose_device_hangs_holds_back_neither_its_group_nor_another_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # c2's backend prepare hangs for a while. The rest of its group goes on without it
+    # and gives its slots back, so a call that comes meanwhile is served before c2 ends.
+    monkeypatch.setattr(execute, "LATE_AFTER", 0.05)
+    node = LedgerNode.create(tmp_path, gpus=CLAIMS + 1, max_parallel_claims=CLAIMS)
+    refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
+    other = node.add_claim("other", f"gpu-{CLAIMS}")
+    done_meanwhile: list[bool] = []
+    real = node.backend.prepare
+
+    async def prepare(claim: ClaimRef, *args: Any) -> Any:
+        if claim.uid == refs[2].uid:
+            for _ in range(100):  # until the others are done, 5 s at most
+                await asyncio.sleep(0.05)
+                if node.record(other) is not None:
+                    break
+            done_meanwhile.append(
+                all(node.record(r) is not None for r in (*refs[:2], *refs[3:], other))
+            )
+        return await real(claim, *args)
+
+    monkeypatch.setattr(node.backend, "prepare", prepare)
+
+    async def later() -> str:
+        await asyncio.sleep(0.2)
+        return (await node.prepare(other))[other.uid].error
+
+    outcomes, other_error = await asyncio.gather(node.prepare(*refs), later())
+    assert {o.error for o in outcomes.values()} == {""}
+    assert other_error == ""
+    assert done_meanwhile == [True]
+    _all_prepared(node, refs)
+    node.assert_prepared(other, f"gpu-{CLAIMS}")
+    assert node.ledger._slots._free == CLAIMS
+
+
+async def test_each_until_late_leaves_only_calls_that_outlast_the_others() -> None:
+    release = asyncio.Event()
+
+    async def call(item: int) -> int:
+        if item in (3, 7):
+            await release.wait()
+        if item == 5:
+            raise ValueError("five")
+        return item * 10
+
+    found, late = await each_until_late(range(10), call, limit=4, patience=0.05)
+    assert sorted(late) == [3, 7]
+    assert [found[i] for i in (0, 1, 2, 4, 6, 8, 9)] == [0, 10, 20, 40, 60, 80, 90]
+    assert isinstance(found[5], ValueError)
+    release.set()
+    assert [await late[3], await late[7]] == [30, 70]
+    # Nothing late when every call ends in time.
+    assert await each_until_late([1, 2], call, limit=4, patience=10) == ([10, 20], {})
+
+
+async def test_a_claim_whose_release_hangs_holds_back_neither_its_group_nor_another_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(execute, "LATE_AFTER", 0.05)
+    node = LedgerNode.create(tmp_path, gpus=CLAIMS + 1, max_parallel_claims=CLAIMS)
+    refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
+    other = node.add_claim("other", f"gpu-{CLAIMS}")
+    assert {o.error for o in (await node.prepare(*refs, other)).values()} == {""}
+    gone_meanwhile: list[bool] = []
+    real = node.backend.release
+
+    async def release(claim: ClaimRef, *args: Any) -> Any:
+        if claim.uid == refs[2].uid:
+            for _ in range(100):  # until the others are gone, 5 s at most
+                await asyncio.sleep(0.05)
+                if node.record(other) is None:
+                    break
+            gone_meanwhile.append(
+                all(node.record(r) is None for r in (*refs[:2], *refs[3:], other))
+            )
+        return await real(claim, *args)
+
+    monkeypatch.setattr(node.backend, "release", release)
+
+    async def later() -> str:
+        await asyncio.sleep(0.2)
+        return (await node.unprepare(other))[other.uid]
+
+    answers, other_error = await asyncio.gather(node.unprepare(*refs), later())
+    assert answers == {ref.uid: "" for ref in refs}
+    assert other_error == ""
+    assert gone_meanwhile == [True]
+    for ref in (*refs, other):
+        node.assert_gone(ref)
+    assert node.ledger._slots._free == CLAIMS

@@ -23,7 +23,7 @@ from dralet.node.backend import (
 from dralet.node.claims.source import ClaimSource, DeviceStatusWriter
 from dralet.node.invoke import AnyBackend, Invoker, normalize
 
-__all__ = ["SUBREQUEST", "Calls", "allocated", "claim_allocation", "each"]
+__all__ = ["SUBREQUEST", "Calls", "allocated", "claim_allocation", "each", "each_until_late"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -126,6 +126,71 @@ async def each(
 
     await asyncio.gather(*(worker() for _ in range(min(limit, len(items)))))
     return found
+
+
+_LATE_WORKERS: set[asyncio.Task[None]] = set()
+
+
+async def each_until_late(
+    items: Sequence[T], call: Callable[[T], Awaitable[R]], *, limit: int, patience: float
+) -> tuple[list[R | Exception], dict[int, asyncio.Future[R | Exception]]]:
+    """``each``, not waiting for stragglers: once every item has started and each call
+    still running has run ``patience`` seconds, those items are left late (by index),
+    each with a future its result will come through; the others' results are returned.
+    A late call is never cancelled: it runs on and answers through its future.
+    """
+    late: dict[int, asyncio.Future[R | Exception]] = {}
+    if len(items) <= 1:  # no other item to hold up
+        return await each(items, call, limit=limit), late
+    found: list[R | Exception] = [AssertionError("never called")] * len(items)
+    loop = asyncio.get_running_loop()
+    pending = iter(enumerate(items))
+    running: dict[int, float] = {}  # index → when its call began
+    taken = 0
+
+    async def worker() -> None:
+        nonlocal taken
+        for index, item in pending:
+            taken += 1
+            running[index] = loop.time()
+            try:
+                result: R | Exception = await call(item)
+            except Exception as exc:  # noqa: BLE001 - this item's own answer
+                result = exc
+            del running[index]
+            found[index] = result
+            waiting = late.get(index)
+            if waiting is not None:
+                waiting.set_result(result)
+
+    workers = [loop.create_task(worker()) for _ in range(min(limit, len(items)))]
+    try:
+        timeout = patience
+        while True:
+            finished, alive = await asyncio.wait(
+                workers, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
+            )
+            for task in finished:  # a BaseException (the process "dying" at a failpoint)
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            if not alive:
+                break
+            # With every item taken, only the calls still running hold the others up,
+            # and only until the youngest of them has run ``patience`` seconds.
+            waited = loop.time() - max(running.values(), default=loop.time())
+            if taken == len(items) and running and waited >= patience:
+                for index in running:
+                    late[index] = loop.create_future()
+                for task in alive:  # kept alive until they answer (the loop holds tasks weakly)
+                    _LATE_WORKERS.add(task)
+                    task.add_done_callback(_LATE_WORKERS.discard)
+                break
+            timeout = max(patience - waited, patience / 10)
+    except BaseException:
+        for task in workers:
+            task.cancel()
+        raise
+    return found, late
 
 
 class Calls:

@@ -122,8 +122,9 @@ _Sorted = _Route | Callable[[ClaimRef, ClaimView], PrepareOutcome]
 _A = TypeVar("_A")
 _Alone = tuple[ClaimRef, float]
 """A claim going on alone, after so many seconds."""
-_Early = Callable[[int, ClaimRecord], None]
-"""Told each claim of a group as soon as it is prepared (its index in the group)."""
+_Early = Callable[[int, ClaimRecord | None], None]
+"""Told each claim of a group as soon as it is done (its index in the group): its
+record when prepared, None when gone."""
 
 
 def _outcome_of(_: ClaimRef, result: ClaimRecord | BaseException | None) -> PrepareOutcome:
@@ -411,11 +412,9 @@ class ClaimEngine:
             return _Route.ALONE
 
         async def run(
-            together: Sequence[tuple[ClaimRef, ClaimView]], prepared: _Early
+            together: Sequence[tuple[ClaimRef, ClaimView]], early: _Early
         ) -> Sequence[ClaimRecord | BaseException]:
-            return await self.steps.prepare_fresh_many(
-                [ref for ref, _ in together], prepared=prepared
-            )
+            return await self.steps.prepare_fresh_many([ref for ref, _ in together], prepared=early)
 
         return await self._run_group(call, group, held, sort, run)
 
@@ -434,10 +433,12 @@ class ClaimEngine:
             return _Route.ALONE
 
         async def run(
-            together: Sequence[tuple[ClaimRef, ClaimView]], _early: _Early
+            together: Sequence[tuple[ClaimRef, ClaimView]], early: _Early
         ) -> Sequence[BaseException | None]:
             records = [view.record for _, view in together if view.record is not None]
-            results = await self.steps.teardown_many(records, reason="unprepare")
+            results = await self.steps.teardown_many(
+                records, reason="unprepare", done=lambda index: early(index, None)
+            )
             for (ref, _), result in zip(together, results, strict=True):
                 if result is None:
                     self._stale_since.pop(ref.uid, None)
@@ -474,7 +475,7 @@ class ClaimEngine:
             answered.add(ref.uid)
             held.give_back()
 
-        def prepared(index: int, record: ClaimRecord) -> None:
+        def early(index: int, record: ClaimRecord | None) -> None:
             answer(together[index][0], _outcome_of, record)
 
         together: list[tuple[ClaimRef, ClaimView]] = []
@@ -500,7 +501,7 @@ class ClaimEngine:
                     else:
                         answer(ref, sorted_as, view)
                 if together:
-                    results = await run(together, prepared)
+                    results = await run(together, early)
                 ran = True
         except errors.IrreversibleError as exc:
             call.failed_irreversibly(exc)
@@ -514,7 +515,7 @@ class ClaimEngine:
                 alone = [(ref, 0.0) for ref in group if ref.uid not in answered]
         for (ref, _), result in zip(together, results, strict=True):
             if ref.uid in answered:
-                continue  # answered as soon as it was prepared
+                continue  # answered as soon as it was done
             if isinstance(result, errors.IrreversibleError) or (
                 isinstance(result, BaseException) and not isinstance(result, Exception)
             ):

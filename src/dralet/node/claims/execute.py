@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -38,7 +38,7 @@ from dralet.node.backend import (
     PreparedDevice,
 )
 from dralet.node.claims import devicemetadata, devicestatus, source
-from dralet.node.claims.calls import Calls, allocated, each, result_fields
+from dralet.node.claims.calls import Calls, allocated, each, each_until_late, result_fields
 from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.store import RecordStore, now_stamp
 from dralet.node.invoke import BackendTimeoutError
@@ -150,6 +150,11 @@ class _Fresh:
 
 
 _NOT_DONE = AssertionError("claim left without an answer")
+LATE_AFTER = 1.0
+"""Seconds a claim's backend prepare or release may run on after the rest of its
+group's are done before the group goes on without it (the claim then finishes alone):
+a device that hangs until ``backend_call_timeout`` holds back neither its group nor,
+through the group's slots, other calls."""
 _T = TypeVar("_T")
 _I = TypeVar("_I")
 
@@ -173,6 +178,22 @@ def _survivors(
             continue
         kept.append(item)
     return kept
+
+
+async def _all_of(work: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run ``work`` together; if one raises (a failpoint's crash), the rest are
+    cancelled, not left running on."""
+    if len(work) == 1:
+        await work[0]
+        return
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        raise
 
 
 def _bound(ref: ClaimRef) -> contextlib.AbstractContextManager[None]:
@@ -247,24 +268,10 @@ class Steps:
         failed: list[tuple[_Fresh, Exception]] = []
         live = await self._record_intents(begun, out)
         live = await self._add_finalizers(live, failed)
-        live = await self._prepare_devices(live, failed)
-        live = await self._write_files(live, failed)
-        live = await self._complete(live, failed)
-        if self.settings.write_device_status:
-            written = await each(live, self._write_device_status, limit=self.calls.api_limit)
-            for fresh, problem in zip(live, written, strict=True):
-                if problem is not None:  # advisory: the claim is prepared all the same
-                    log.error(
-                        "device status not written",
-                        exc_info=(type(problem), problem, problem.__traceback__),
-                        extra={"claim_uid": fresh.ref.uid},
-                    )
-        for fresh in live:
-            out[fresh.index] = fresh.record
-            with _bound(fresh.ref):
-                log.info("prepared", extra={"devices": [d.device for d in fresh.record.devices]})
-            if prepared is not None:
-                prepared(fresh.index, fresh.record)
+        live, late = await self._prepare_devices(live, failed)
+        finishing = [self._finish(live, failed, out, prepared)]
+        finishing += [self._finish_late(f, result, failed, out, prepared) for f, result in late]
+        await _all_of(finishing)
         # Every teardown at once: a group holds at most ``max_parallel_claims`` claims.
         undone = await each(failed, self._rolled_back, limit=max(1, len(failed)))
         for (fresh, _), error in zip(failed, undone, strict=True):
@@ -349,15 +356,83 @@ class Steps:
             )
         failpoints.hit(FP_AFTER_FINALIZER)
 
+    async def _finish(
+        self,
+        live: Sequence[_Fresh],
+        failed: list[tuple[_Fresh, Exception]],
+        out: list[ClaimRecord | BaseException],
+        prepared: Callable[[int, ClaimRecord], None] | None,
+    ) -> None:
+        """The steps after the backend's: files, completion, device status; each claim
+        that got through them answered."""
+        live = await self._write_files(live, failed)
+        live = await self._complete(live, failed)
+        if self.settings.write_device_status:
+            written = await each(live, self._write_device_status, limit=self.calls.api_limit)
+            for fresh, problem in zip(live, written, strict=True):
+                if problem is not None:  # advisory: the claim is prepared all the same
+                    log.error(
+                        "device status not written",
+                        exc_info=(type(problem), problem, problem.__traceback__),
+                        extra={"claim_uid": fresh.ref.uid},
+                    )
+        for fresh in live:
+            out[fresh.index] = fresh.record
+            with _bound(fresh.ref):
+                log.info("prepared", extra={"devices": [d.device for d in fresh.record.devices]})
+            if prepared is not None:
+                prepared(fresh.index, fresh.record)
+
+    async def _finish_late(
+        self,
+        fresh: _Fresh,
+        result: asyncio.Future[tuple[PreparedDevice, ...] | Exception],
+        failed: list[tuple[_Fresh, Exception]],
+        out: list[ClaimRecord | BaseException],
+        prepared: Callable[[int, ClaimRecord], None] | None,
+    ) -> None:
+        """A claim whose backend prepare outlasted its group's: the rest of its way alone."""
+        live = await self._backend_results([fresh], [await result], failed)
+        await self._finish(live, failed, out, prepared)
+
     async def _prepare_devices(
         self, live: Sequence[_Fresh], failed: list[tuple[_Fresh, Exception]]
-    ) -> list[_Fresh]:
+    ) -> tuple[
+        list[_Fresh], list[tuple[_Fresh, asyncio.Future[tuple[PreparedDevice, ...] | Exception]]]
+    ]:
+        """The backend prepares; the claims through them, and those still preparing
+        ``LATE_AFTER`` seconds after the others were done (each with its future)."""
+
         async def prepare(fresh: _Fresh) -> tuple[PreparedDevice, ...]:
             # The backend's own log lines name the claim they are about.
             with _bound(fresh.ref):
                 return await self.calls.prepare_claim(fresh.ref, fresh.record.devices)
 
-        results = await each(live, prepare, limit=self.calls.backend_limit)
+        results, late = await each_until_late(
+            live, prepare, limit=self.calls.backend_limit, patience=LATE_AFTER
+        )
+        if late:
+            log.warning(
+                "%d of %d backend prepares still running %g s after the others of their "
+                "group; those claims go on alone",
+                len(late),
+                len(live),
+                LATE_AFTER,
+            )
+        on_time = [
+            (f, r) for i, (f, r) in enumerate(zip(live, results, strict=True)) if i not in late
+        ]
+        kept = await self._backend_results([f for f, _ in on_time], [r for _, r in on_time], failed)
+        return kept, [(live[i], future) for i, future in late.items()]
+
+    async def _backend_results(
+        self,
+        live: Sequence[_Fresh],
+        results: Sequence[tuple[PreparedDevice, ...] | Exception],
+        failed: list[tuple[_Fresh, Exception]],
+    ) -> list[_Fresh]:
+        """The claims whose devices the backend prepared whole; the others to ``failed``
+        (what a partial prepare did recorded first)."""
         partial: list[tuple[_Fresh, PartialPrepareError]] = []
         whole: list[tuple[_Fresh, tuple[PreparedDevice, ...] | Exception]] = []
         for fresh, result in zip(live, results, strict=True):
@@ -719,14 +794,17 @@ class Steps:
         *,
         reason: str | Sequence[str],
         in_process: bool = False,
+        done: Callable[[int], None] | None = None,
     ) -> list[BaseException | None]:
         """Undo whatever each record says may have happened; each ends with its record
         gone. The claims (each one's lock held) go down each step together: one commit
         for all their UnprepareStarted, their specs removed as one group, their devices
         released and finalizers removed concurrently (bounded), one commit removing all
         their records. An error per claim (None: done); a claim that fails at a step
-        stops there alone, its record left for the next call or start. ``reason``: why,
-        for the log (one for all, or one per record).
+        stops there alone, its record left for the next call or start, and one whose
+        release outlasts the others' by ``LATE_AFTER`` finishes alone. ``reason``: why,
+        for the log (one for all, or one per record); ``done`` hears of each claim gone
+        (its index in ``records``) as soon as it is.
 
         PrepareStarted/Completed → UnprepareStarted → SpecRemoved → DevicesReleased →
         (Released while the finalizer stays) → gone. A rollback of a prepare that never
@@ -737,24 +815,56 @@ class Steps:
         reasons = [reason] * len(records) if isinstance(reason, str) else list(reason)
         down = [_Down(index, record) for index, record in enumerate(records)]
         failed: list[tuple[_Down, Exception]] = []
-        down = await self._start_unprepare(down, failed)
-        down = await self._remove_and_release(down, failed, in_process=in_process)
-        gone = await self._remove_finalizers(down, failed)
-        dropped: Sequence[BaseException | None] = []
-        if gone:
-            try:
-                dropped = await self.store.commit([Drop(d.record.uid) for d in gone])
-            except Exception as unwritten:  # noqa: BLE001 - the writer failed every removal
-                dropped = [unwritten] * len(gone)
         results: list[BaseException | None] = [None] * len(records)
+        down = await self._start_unprepare(down, failed)
+        down, late = await self._remove_and_release(down, failed, in_process=in_process)
+        finishing = [self._finish_down(down, failed, results, reasons, done)]
+        finishing += [
+            self._finish_down_late(item, released, failed, results, reasons, done)
+            for item, released in late
+        ]
+        await _all_of(finishing)
+        for item, exc in failed:
+            results[item.index] = exc
+        return results
+
+    async def _finish_down(
+        self,
+        down: Sequence[_Down],
+        failed: list[tuple[_Down, Exception]],
+        results: list[BaseException | None],
+        reasons: Sequence[str],
+        done: Callable[[int], None] | None,
+    ) -> None:
+        """The steps after the releases: finalizers, then one commit removing records."""
+        gone = await self._remove_finalizers(down, failed)
+        if not gone:
+            return
+        dropped: Sequence[BaseException | None]
+        try:
+            dropped = await self.store.commit([Drop(d.record.uid) for d in gone])
+        except Exception as unwritten:  # noqa: BLE001 - the writer failed every removal
+            dropped = [unwritten] * len(gone)
         for item, error in zip(gone, dropped, strict=True):
             results[item.index] = error
             if error is None:
                 with _bound(ref_of(item.record)):
                     log.info("unprepared (%s)", reasons[item.index])
-        for item, exc in failed:
-            results[item.index] = exc
-        return results
+                if done is not None:
+                    done(item.index)
+
+    async def _finish_down_late(
+        self,
+        item: _Down,
+        released: asyncio.Future[Exception | None],
+        failed: list[tuple[_Down, Exception]],
+        results: list[BaseException | None],
+        reasons: Sequence[str],
+        done: Callable[[int], None] | None,
+    ) -> None:
+        """A claim whose release outlasted its group's: the rest of its way alone."""
+        _survivors([item], [await released], failed, _hit(FP_AFTER_RELEASE))
+        await self._finish_down(_going([item], failed), failed, results, reasons, done)
 
     async def _start_unprepare(
         self, down: Sequence[_Down], failed: list[tuple[_Down, Exception]]
@@ -784,12 +894,13 @@ class Steps:
 
     async def _remove_and_release(
         self, down: Sequence[_Down], failed: list[tuple[_Down, Exception]], *, in_process: bool
-    ) -> list[_Down]:
+    ) -> tuple[list[_Down], list[tuple[_Down, asyncio.Future[Exception | None]]]]:
         """Specs (and metadata files) first, then the devices: no container may start
-        with a device being released."""
+        with a device being released. The claims through; those still releasing
+        ``LATE_AFTER`` seconds after the others were done, each with its future."""
         going = [d for d in down if d.record.state == ClaimState.UNPREPARE_STARTED]
         if not going:
-            return list(down)
+            return list(down), []
         removed = await self.spec_io.remove_many([d.record.uid for d in going])
         going = _survivors(going, removed, failed, _ignore)
         with_metadata = [d for d in going if self.metadata_files.has_any(d.record.uid)]
@@ -804,9 +915,27 @@ class Steps:
                     item.record = await self._recover_states(ref_of(item.record), item.record)
                 await self._release(item.record)
 
-        released = await each(going, release, limit=self.calls.backend_limit)
-        _survivors(going, released, failed, _hit(FP_AFTER_RELEASE))
-        return _going(down, failed)
+        released, late = await each_until_late(
+            going, release, limit=self.calls.backend_limit, patience=LATE_AFTER
+        )
+        if late:
+            log.warning(
+                "%d of %d releases still running %g s after the others of their group; "
+                "those claims go on alone",
+                len(late),
+                len(going),
+                LATE_AFTER,
+            )
+        on_time = [i for i in range(len(going)) if i not in late]
+        _survivors(
+            [going[i] for i in on_time],
+            [released[i] for i in on_time],
+            failed,
+            _hit(FP_AFTER_RELEASE),
+        )
+        later = {id(going[i]) for i in late}
+        kept = [d for d in _going(down, failed) if id(d) not in later]
+        return kept, [(going[i], future) for i, future in late.items()]
 
     def _remove_metadata_of(self, down: Sequence[_Down]) -> list[bool | Exception]:
         gone: list[bool | Exception] = []
