@@ -569,3 +569,25 @@ async def test_a_claim_whose_release_hangs_holds_back_neither_its_group_nor_anot
     for ref in (*refs, other):
         node.assert_gone(ref)
     assert node.ledger._slots._free == CLAIMS
+
+
+async def test_a_crash_on_the_one_claim_route_ends_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # c1 fails temporarily, goes on alone, and the process "dies" in its second try:
+    # the call does not answer as if nothing happened.
+    node, refs = _node(tmp_path)
+    tries: list[int] = []
+
+    def second_try_dies() -> Exception | None:
+        tries.append(len(tries))
+        if len(tries) == 1:
+            return errors.TemporaryError("resetting", delay=0.01)
+        raise SimulatedCrash
+
+    _fail_when(monkeypatch, node.backend, "prepare", refs[1], second_try_dies)
+    with pytest.raises(SimulatedCrash):
+        await node.prepare(*refs)
+    await node.restart().recover()
+    assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
+    _all_prepared(node, refs)

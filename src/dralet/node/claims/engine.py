@@ -396,6 +396,9 @@ class ClaimEngine:
             await asyncio.sleep(0)  # other calls' groups get their turn
         if alone:
             await asyncio.wait(alone)
+            for task in alone:  # the process "dying" at a failpoint on the one-claim route
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
 
     async def _prepare_group(
         self, call: _Call, group: Sequence[ClaimRef], held: _Held
@@ -467,7 +470,6 @@ class ClaimEngine:
         observe → plan finishes whatever the group left half done.
         """
         started = time.perf_counter()
-
         answered: set[str] = set()  # (not call.outcomes: a UID may recur in a later group)
 
         def answer(ref: ClaimRef, how: Callable[[ClaimRef, _A], PrepareOutcome], given: _A) -> None:
