@@ -591,3 +591,27 @@ async def test_a_crash_on_the_one_claim_route_ends_the_call(
     await node.restart().recover()
     assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
     _all_prepared(node, refs)
+
+
+async def test_a_late_call_is_cancelled_with_its_future_and_a_crash_in_it_reaches_it() -> None:
+    hang, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def call(item: int) -> int:
+        if item == 1:
+            try:
+                await hang.wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+        if item == 2:
+            await hang.wait()
+            raise SimulatedCrash
+        return item
+
+    found, late = await each_until_late([0, 1, 2], call, limit=3, patience=0.05)
+    assert found[0] == 0 and sorted(late) == [1, 2]
+    late[1].cancel()
+    await asyncio.wait_for(cancelled.wait(), timeout=5)
+    hang.set()
+    with pytest.raises(SimulatedCrash):
+        await late[2]

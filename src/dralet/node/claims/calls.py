@@ -137,7 +137,8 @@ async def each_until_late(
     """``each``, not waiting for stragglers: once every item has started and each call
     still running has run ``patience`` seconds, those items are left late (by index),
     each with a future its result will come through; the others' results are returned.
-    A late call is never cancelled: it runs on and answers through its future.
+    A late call runs on until it answers through its future; cancelling that future
+    cancels the call.
     """
     late: dict[int, asyncio.Future[R | Exception]] = {}
     if len(items) <= 1:  # no other item to hold up
@@ -145,23 +146,25 @@ async def each_until_late(
     found: list[R | Exception] = [AssertionError("never called")] * len(items)
     loop = asyncio.get_running_loop()
     pending = iter(enumerate(items))
-    running: dict[int, float] = {}  # index → when its call began
+    running: dict[int, tuple[float, asyncio.Task[Any] | None]] = {}  # index → began, by
     taken = 0
 
     async def worker() -> None:
         nonlocal taken
         for index, item in pending:
             taken += 1
-            running[index] = loop.time()
+            running[index] = (loop.time(), asyncio.current_task())
             try:
                 result: R | Exception = await call(item)
             except Exception as exc:  # noqa: BLE001 - this item's own answer
                 result = exc
-            del running[index]
+            except BaseException as exc:  # cancelled, or the process "dying" at a failpoint
+                _settle_late(late.get(index), exc)
+                raise
+            finally:
+                del running[index]
             found[index] = result
-            waiting = late.get(index)
-            if waiting is not None:
-                waiting.set_result(result)
+            _settle_late(late.get(index), result)
 
     workers = [loop.create_task(worker()) for _ in range(min(limit, len(items)))]
     try:
@@ -177,10 +180,12 @@ async def each_until_late(
                 break
             # With every item taken, only the calls still running hold the others up,
             # and only until the youngest of them has run ``patience`` seconds.
-            waited = loop.time() - max(running.values(), default=loop.time())
+            waited = loop.time() - max((t for t, _ in running.values()), default=loop.time())
             if taken == len(items) and running and waited >= patience:
-                for index in running:
-                    late[index] = loop.create_future()
+                for index, (_, by) in running.items():
+                    late[index] = future = loop.create_future()
+                    if by is not None:
+                        future.add_done_callback(_cancelling(by))
                 for task in alive:  # kept alive until they answer (the loop holds tasks weakly)
                     _LATE_WORKERS.add(task)
                     task.add_done_callback(_LATE_WORKERS.discard)
@@ -191,6 +196,28 @@ async def each_until_late(
             task.cancel()
         raise
     return found, late
+
+
+def _cancelling(task: asyncio.Task[Any]) -> Callable[[asyncio.Future[Any]], None]:
+    """A late future's callback: its call is cancelled when the future is."""
+
+    def cancelled(future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            task.cancel()
+
+    return cancelled
+
+
+def _settle_late(future: asyncio.Future[Any] | None, outcome: object) -> None:
+    """Hand a late item's outcome to its future (unless no one waits for it any more)."""
+    if future is None or future.done():
+        return
+    if isinstance(outcome, asyncio.CancelledError):
+        future.cancel()
+    elif isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 class Calls:
