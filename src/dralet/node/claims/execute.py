@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -408,22 +408,32 @@ class Steps:
             with _bound(fresh.ref):
                 return await self.calls.prepare_claim(fresh.ref, fresh.record.devices)
 
+        on_time, results, late = await self._backend_calls(live, prepare, "backend prepares")
+        return await self._backend_results(on_time, results, failed), late
+
+    async def _backend_calls(
+        self, items: Sequence[_I], call: Callable[[_I], Awaitable[_T]], what: str
+    ) -> tuple[list[_I], list[_T | Exception], list[tuple[_I, asyncio.Future[_T | Exception]]]]:
+        """``call`` of each item (bounded by the backend limit): the items done on time
+        and their results, and those left late (``LATE_AFTER``), each with its future."""
         results, late = await each_until_late(
-            live, prepare, limit=self.calls.backend_limit, patience=LATE_AFTER
+            items, call, limit=self.calls.backend_limit, patience=LATE_AFTER
         )
         if late:
             log.warning(
-                "%d of %d backend prepares still running %g s after the others of their "
-                "group; those claims go on alone",
+                "%d of %d %s still running %g s after the others of their group; "
+                "those claims go on alone",
                 len(late),
-                len(live),
+                len(items),
+                what,
                 LATE_AFTER,
             )
-        on_time = [
-            (f, r) for i, (f, r) in enumerate(zip(live, results, strict=True)) if i not in late
-        ]
-        kept = await self._backend_results([f for f, _ in on_time], [r for _, r in on_time], failed)
-        return kept, [(live[i], future) for i, future in late.items()]
+        on_time = [i for i in range(len(items)) if i not in late]
+        return (
+            [items[i] for i in on_time],
+            [results[i] for i in on_time],
+            [(items[i], future) for i, future in late.items()],
+        )
 
     async def _backend_results(
         self,
@@ -915,27 +925,10 @@ class Steps:
                     item.record = await self._recover_states(ref_of(item.record), item.record)
                 await self._release(item.record)
 
-        released, late = await each_until_late(
-            going, release, limit=self.calls.backend_limit, patience=LATE_AFTER
-        )
-        if late:
-            log.warning(
-                "%d of %d releases still running %g s after the others of their group; "
-                "those claims go on alone",
-                len(late),
-                len(going),
-                LATE_AFTER,
-            )
-        on_time = [i for i in range(len(going)) if i not in late]
-        _survivors(
-            [going[i] for i in on_time],
-            [released[i] for i in on_time],
-            failed,
-            _hit(FP_AFTER_RELEASE),
-        )
-        later = {id(going[i]) for i in late}
-        kept = [d for d in _going(down, failed) if id(d) not in later]
-        return kept, [(going[i], future) for i, future in late.items()]
+        on_time, released, late = await self._backend_calls(going, release, "releases")
+        _survivors(on_time, released, failed, _hit(FP_AFTER_RELEASE))
+        later = {id(item) for item, _ in late}
+        return [d for d in _going(down, failed) if id(d) not in later], late
 
     def _remove_metadata_of(self, down: Sequence[_Down]) -> list[bool | Exception]:
         gone: list[bool | Exception] = []
