@@ -615,3 +615,25 @@ async def test_a_late_call_is_cancelled_with_its_future_and_a_crash_in_it_reache
     hang.set()
     with pytest.raises(SimulatedCrash):
         await late[2]
+
+
+async def test_cancelling_the_caller_of_each_until_late_waits_for_its_calls_to_stop() -> None:
+    hang, cleaned_up = asyncio.Event(), asyncio.Event()
+
+    async def call(item: int) -> int:
+        if item == 1:
+            try:
+                await hang.wait()
+            except asyncio.CancelledError:
+                await asyncio.sleep(0.05)  # e.g. a backend giving a device back
+                cleaned_up.set()
+                raise
+        return item
+
+    caller = asyncio.ensure_future(each_until_late([0, 1], call, limit=2, patience=10))
+    await asyncio.sleep(0.05)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    # Nothing of the call runs on past its caller (whose claim locks it works under).
+    assert cleaned_up.is_set()

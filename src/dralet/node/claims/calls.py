@@ -192,8 +192,11 @@ async def each_until_late(
                 break
             timeout = max(patience - waited, patience / 10)
     except BaseException:
+        # Cancelled, or one call "died": the others are cancelled and waited for (as
+        # ``each``'s gather does), so none runs on past the caller's claim locks.
         for task in workers:
             task.cancel()
+        await asyncio.wait(workers)
         raise
     return found, late
 
