@@ -29,6 +29,15 @@ def _node(tmp_path: Path, **settings: Any) -> tuple[LedgerNode, list[ClaimRef]]:
     return node, [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
 
 
+def _node_and_another(
+    tmp_path: Path, **settings: Any
+) -> tuple[LedgerNode, list[ClaimRef], ClaimRef]:
+    """``_node``, and one claim more (on a device of its own) for another call."""
+    node = LedgerNode.create(tmp_path, gpus=CLAIMS + 1, **settings)
+    refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
+    return node, refs, node.add_claim("other", f"gpu-{CLAIMS}")
+
+
 def _all_prepared(node: LedgerNode, refs: list[ClaimRef]) -> None:
     for i, ref in enumerate(refs):
         node.assert_prepared(ref, f"gpu-{i}")
@@ -39,7 +48,7 @@ def _fail_when(
     owner: object,
     method: str,
     victim: ClaimRef,
-    error: Exception | Callable[[], Exception | None],
+    error: Exception | Callable[[], BaseException | None],
 ) -> None:
     """``owner.method`` (an async method whose first argument is the claim, or its
     namespace then name) raises for ``victim``; ``error`` may be a function giving the
@@ -55,6 +64,43 @@ def _fail_when(
         return await real(*args, **kwargs)
 
     monkeypatch.setattr(owner, method, wrapped)
+
+
+def _in_turn(*errors_: BaseException) -> tuple[list[int], Callable[[], BaseException | None]]:
+    """An ``error`` for ``_fail_when`` raising ``errors_`` in turn, then letting every
+    call through; and the list of the tries it saw."""
+    tries: list[int] = []
+
+    def error() -> BaseException | None:
+        tries.append(len(tries))
+        return errors_[len(tries) - 1] if len(tries) <= len(errors_) else None
+
+    return tries, error
+
+
+def _hang_until(
+    monkeypatch: pytest.MonkeyPatch,
+    owner: object,
+    method: str,
+    victim: ClaimRef,
+    done: Callable[[], bool],
+) -> list[bool]:
+    """``owner.method`` (an async backend method) hangs for ``victim`` until ``done()``
+    holds, 5 s at most, then goes on; the list gets what ``done()`` was by then."""
+    seen: list[bool] = []
+    real = getattr(owner, method)
+
+    async def hanging(claim: ClaimRef, *args: Any) -> Any:
+        if claim.uid == victim.uid:
+            for _ in range(100):
+                if done():
+                    break
+                await asyncio.sleep(0.05)
+            seen.append(done())
+        return await real(claim, *args)
+
+    monkeypatch.setattr(owner, method, hanging)
+    return seen
 
 
 @pytest.fixture
@@ -208,12 +254,7 @@ async def test_a_claim_failing_temporarily_is_prepared_again_on_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node, refs = _node(tmp_path)
-    tries: list[int] = []
-
-    def first_try_fails() -> Exception | None:
-        tries.append(len(tries))
-        return errors.TemporaryError("still resetting", delay=0.01) if len(tries) == 1 else None
-
+    tries, first_try_fails = _in_turn(errors.TemporaryError("still resetting", delay=0.01))
     _fail_when(monkeypatch, node.backend, "prepare", refs[3], first_try_fails)
     outcomes = await node.prepare(*refs)
     assert {o.error for o in outcomes.values()} == {""}
@@ -348,9 +389,7 @@ async def test_a_claim_retrying_temporarily_holds_back_neither_its_call_nor_anot
 ) -> None:
     # c0 fails temporarily until the budget ends. On its own slot it retries beside the
     # call's next group (c4, c5) and beside a call that comes meanwhile.
-    node = LedgerNode.create(tmp_path, gpus=CLAIMS + 1, max_parallel_claims=4, call_budget=1.0)
-    refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
-    other = node.add_claim("other", f"gpu-{CLAIMS}")
+    node, refs, other = _node_and_another(tmp_path, max_parallel_claims=4, call_budget=1.0)
     prepared_meanwhile: list[bool] = []
 
     def still_resetting() -> Exception:
@@ -482,24 +521,14 @@ async def test_a_claim_whose_device_hangs_holds_back_neither_its_group_nor_anoth
     # c2's backend prepare hangs for a while. The rest of its group goes on without it
     # and gives its slots back, so a call that comes meanwhile is served before c2 ends.
     monkeypatch.setattr(execute, "LATE_AFTER", 0.05)
-    node = LedgerNode.create(tmp_path, gpus=CLAIMS + 1, max_parallel_claims=CLAIMS)
-    refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
-    other = node.add_claim("other", f"gpu-{CLAIMS}")
-    done_meanwhile: list[bool] = []
-    real = node.backend.prepare
-
-    async def prepare(claim: ClaimRef, *args: Any) -> Any:
-        if claim.uid == refs[2].uid:
-            for _ in range(100):  # until the others are done, 5 s at most
-                await asyncio.sleep(0.05)
-                if node.record(other) is not None:
-                    break
-            done_meanwhile.append(
-                all(node.record(r) is not None for r in (*refs[:2], *refs[3:], other))
-            )
-        return await real(claim, *args)
-
-    monkeypatch.setattr(node.backend, "prepare", prepare)
+    node, refs, other = _node_and_another(tmp_path, max_parallel_claims=CLAIMS)
+    done_meanwhile = _hang_until(
+        monkeypatch,
+        node.backend,
+        "prepare",
+        refs[2],
+        lambda: all(node.record(r) is not None for r in (*refs[:2], *refs[3:], other)),
+    )
 
     async def later() -> str:
         await asyncio.sleep(0.2)
@@ -538,25 +567,15 @@ async def test_a_claim_whose_release_hangs_holds_back_neither_its_group_nor_anot
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(execute, "LATE_AFTER", 0.05)
-    node = LedgerNode.create(tmp_path, gpus=CLAIMS + 1, max_parallel_claims=CLAIMS)
-    refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
-    other = node.add_claim("other", f"gpu-{CLAIMS}")
+    node, refs, other = _node_and_another(tmp_path, max_parallel_claims=CLAIMS)
     assert {o.error for o in (await node.prepare(*refs, other)).values()} == {""}
-    gone_meanwhile: list[bool] = []
-    real = node.backend.release
-
-    async def release(claim: ClaimRef, *args: Any) -> Any:
-        if claim.uid == refs[2].uid:
-            for _ in range(100):  # until the others are gone, 5 s at most
-                await asyncio.sleep(0.05)
-                if node.record(other) is None:
-                    break
-            gone_meanwhile.append(
-                all(node.record(r) is None for r in (*refs[:2], *refs[3:], other))
-            )
-        return await real(claim, *args)
-
-    monkeypatch.setattr(node.backend, "release", release)
+    gone_meanwhile = _hang_until(
+        monkeypatch,
+        node.backend,
+        "release",
+        refs[2],
+        lambda: all(node.record(r) is None for r in (*refs[:2], *refs[3:], other)),
+    )
 
     async def later() -> str:
         await asyncio.sleep(0.2)
@@ -577,14 +596,7 @@ async def test_a_crash_on_the_one_claim_route_ends_the_call(
     # c1 fails temporarily, goes on alone, and the process "dies" in its second try:
     # the call does not answer as if nothing happened.
     node, refs = _node(tmp_path)
-    tries: list[int] = []
-
-    def second_try_dies() -> Exception | None:
-        tries.append(len(tries))
-        if len(tries) == 1:
-            return errors.TemporaryError("resetting", delay=0.01)
-        raise SimulatedCrash
-
+    _, second_try_dies = _in_turn(errors.TemporaryError("resetting", delay=0.01), SimulatedCrash())
     _fail_when(monkeypatch, node.backend, "prepare", refs[1], second_try_dies)
     with pytest.raises(SimulatedCrash):
         await node.prepare(*refs)
