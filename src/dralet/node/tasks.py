@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["TaskSet"]
+__all__ = ["TaskSet", "raise_failure"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,3 +58,11 @@ class TaskSet:
                 "%s: cancelling %d tasks still running after %.1fs", self.name, len(self), grace
             )
         await self.cancel_all()
+
+
+def raise_failure(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Raise what the first of ``tasks`` that ended with an exception ended with (those
+    still running or cancelled are passed over)."""
+    for task in tasks:
+        if task.done() and not task.cancelled() and (failure := task.exception()) is not None:
+            raise failure

@@ -22,6 +22,7 @@ from dralet.node.backend import (
 )
 from dralet.node.claims.source import ClaimSource, DeviceStatusWriter
 from dralet.node.invoke import AnyBackend, Invoker, normalize
+from dralet.node.tasks import raise_failure
 
 __all__ = ["SUBREQUEST", "Calls", "allocated", "claim_allocation", "each", "each_until_late"]
 
@@ -173,9 +174,7 @@ async def each_until_late(
             finished, alive = await asyncio.wait(
                 workers, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
             )
-            for task in finished:  # a BaseException (the process "dying" at a failpoint)
-                if not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+            raise_failure(finished)  # a BaseException (the process "dying" at a failpoint)
             if not alive:
                 break
             # With every item taken, only the calls still running hold the others up,

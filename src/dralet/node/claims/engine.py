@@ -49,7 +49,7 @@ from dralet.node.claims.source import (
 from dralet.node.claims.store import RecordStore
 from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.node.settings import DriverSettings
-from dralet.node.tasks import TaskSet
+from dralet.node.tasks import TaskSet, raise_failure
 
 __all__ = ["ClaimEngine", "Mode", "PrepareOutcome"]
 
@@ -354,10 +354,7 @@ class ClaimEngine:
                     await asyncio.wait(workers, timeout=remaining)  # never cancels them
         finally:
             queue.clear()  # whatever was not started stays unstarted
-        for worker in workers:
-            # The process dying at a failpoint (a BaseException that is not an Exception).
-            if worker.done() and not worker.cancelled() and worker.exception() is not None:
-                raise worker.exception()  # type: ignore[misc]
+        raise_failure(workers)  # the process dying at a failpoint (not an Exception)
         if call.irreversible is not None:
             raise call.irreversible
         for ref in call.refs:
@@ -396,9 +393,7 @@ class ClaimEngine:
             await asyncio.sleep(0)  # other calls' groups get their turn
         if alone:
             await asyncio.wait(alone)
-            for task in alone:  # the process "dying" at a failpoint on the one-claim route
-                if not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+            raise_failure(alone)  # the process "dying" at a failpoint on the one-claim route
 
     async def _prepare_group(
         self, call: _Call, group: Sequence[ClaimRef], held: _Held
