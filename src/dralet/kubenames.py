@@ -20,6 +20,7 @@ __all__ = [
     "LABEL_NAME_MAX_LENGTH",
     "LABEL_VALUE_MAX_LENGTH",
     "POOL_NAME_MAX_LENGTH",
+    "SINGLE_SLASH_RELEASE",
     "annotation_key_problem",
     "annotations_size_problem",
     "dns_label_name_problem",
@@ -30,6 +31,7 @@ __all__ = [
     "extended_resource_name_problem",
     "label_key_problem",
     "label_value_problem",
+    "own_domain_problem",
     "pool_name_problem",
     "qualified_name_problem",
     "uid_problem",
@@ -45,6 +47,10 @@ ATTRIBUTE_ID_MAX_LENGTH = 32
 
 _DOMAIN_AND_ID = 2
 """A qualified name with a domain has two '/'-separated parts."""
+SINGLE_SLASH_RELEASE = "1.38"
+"""The first release whose API server refuses a qualified name with more than one '/'
+(k8s.io/kubernetes@v1.38.0-beta.0 pkg/apis/resource/validation/validation.go
+validateQualifiedName; CHANGELOG-1.38, kubernetes/kubernetes#141644)."""
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -117,10 +123,13 @@ def _identifier_problem(identifier: str) -> str | None:
     return None
 
 
-def qualified_name_problem(value: str, *, require_domain: bool = False) -> str | None:
+def qualified_name_problem(
+    value: str, *, require_domain: bool = False, single_slash: bool = False
+) -> str | None:
     """An attribute or capacity name: ``id`` or ``domain/id`` (id a C identifier, ≤32).
 
-    Like the API server, three or more '/'-separated parts are not rejected.
+    Three or more '/'-separated parts are refused with ``single_slash`` (what Kubernetes
+    1.38 and later refuse, ``SINGLE_SLASH_RELEASE``); older servers accepted them.
     """
     parts = value.split("/")
     if len(parts) == 1:
@@ -135,6 +144,22 @@ def qualified_name_problem(value: str, *, require_domain: bool = False) -> str |
         if problem is not None:
             return f"domain {domain!r}: {problem}"
         return _identifier_problem(identifier)
+    if single_slash:
+        return "must not contain more than one slash"
+    return None
+
+
+def own_domain_problem(value: str, *, driver: str) -> str | None:
+    """An attribute or capacity name qualified with the publishing driver's own name.
+
+    The kubelet-plugin helper refuses to publish ``<driver>/id`` for ``id`` (the driver
+    name is the implied domain, and both forms on one device resolve ambiguously):
+    k8s.io/dynamic-resource-allocation@v0.38.0-beta.0 resourceslice/validation.go
+    validateUnqualifiedName, on by default (kubeletplugin ValidateQualifiedNames).
+    """
+    domain, slash, identifier = value.partition("/")
+    if slash and domain == driver:
+        return f"use the unqualified {identifier!r}: the driver name {driver!r} is implied"
     return None
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from dralet import kube
 from dralet.apiserver import ApiServer, schema_errors
+from dralet.apiserver.kinds import major_minor
 from dralet.kube import resources, watching
 from dralet.metrics import DriverMetrics
 from tests.kubeobjects import allocation, claim, node
@@ -40,11 +41,12 @@ async def test_discovery_serves_the_versions_of_the_kubernetes_release(
     apiserver: ApiServer, client: kube.KubeClient
 ) -> None:
     served = await client.served_versions("resource.k8s.io")
-    expected = (
-        ["v1beta1"]
-        if apiserver.settings.kubernetes_version == "1.32"
-        else ["v1", "v1beta2", "v1beta1"]
-    )
+    expected = {
+        "1.32": ["v1beta1"],
+        # v1beta1 is not served from 1.38 (k8s.io/api@v0.38.0-beta.0
+        # resource/v1beta1/zz_generated.prerelease-lifecycle.go)
+        "1.38": ["v1", "v1beta2"],
+    }.get(apiserver.settings.kubernetes_version, ["v1", "v1beta2", "v1beta1"])
     assert served == expected
     assert await kube.negotiate_resource_version(client) == expected[0]
     version = await client.request("GET", "/version")
@@ -63,11 +65,13 @@ async def test_discovery_serves_the_versions_of_the_kubernetes_release(
 
 
 async def test_unserved_version_is_not_found(apiserver: ApiServer, client: kube.KubeClient) -> None:
-    if "v1" in apiserver.versions:
-        pytest.skip("v1 is served by this release")
-    with pytest.raises(kube.ApiError) as caught:
-        await client.list(resources.resource_slices("v1"))
-    assert caught.value.not_found
+    unserved = [v for v in ("v1", "v1beta1") if v not in apiserver.versions]
+    if not unserved:
+        pytest.skip("v1 and v1beta1 are served by this release")
+    for version in unserved:
+        with pytest.raises(kube.ApiError) as caught:
+            await client.list(resources.resource_slices(version))
+        assert caught.value.not_found
 
 
 async def test_create_sets_server_fields_and_refuses_duplicates(
@@ -317,3 +321,25 @@ def test_schema_errors_are_reported_per_version() -> None:
     assert schema_errors(flat, kubernetes_version="1.32"), "v1 is not in 1.32"
     nested = slice_("v1beta1", name="s1")
     assert schema_errors(nested, kubernetes_version="1.32") == []
+
+
+async def test_a_name_with_two_slashes_is_refused_from_1_38(
+    apiserver: ApiServer, client: kube.KubeClient
+) -> None:
+    v = apiserver.preferred_version
+    body = slice_(v, name="s1")
+    attributes = (
+        body["spec"]["devices"][0]["basic"]["attributes"]
+        if v == "v1beta1"
+        else body["spec"]["devices"][0]["attributes"]
+    )
+    attributes["gpu.example.com/arch/family"] = {"string": "hopper"}
+    if major_minor(apiserver.settings.kubernetes_version) < (1, 38):
+        await client.create(resources.resource_slices(v), body)
+        return
+    with pytest.raises(kube.ApiError) as caught:
+        await client.create(resources.resource_slices(v), body)
+    assert caught.value.invalid
+    assert "'gpu.example.com/arch/family': must not contain more than one slash" in (
+        caught.value.message
+    )

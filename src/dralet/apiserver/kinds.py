@@ -17,6 +17,9 @@ __all__ = [
 RESOURCE_GROUP = "resource.k8s.io"
 _FIRST_VERSION_WITH_V1BETA2 = (1, 33)
 _FIRST_VERSION_WITH_V1 = (1, 34)
+_FIRST_VERSION_WITHOUT_V1BETA1 = (1, 38)
+"""resource.k8s.io/v1beta1 is not served from 1.38 (k8s.io/api@v0.38.0-beta.0
+resource/v1beta1/zz_generated.prerelease-lifecycle.go: APILifecycleRemoved 1.38)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ BY_KIND = {k.kind: k for k in KINDS}
 def served_versions(kubernetes_version: str) -> tuple[str, ...]:
     """resource.k8s.io versions a Kubernetes minor version serves, newest first."""
     minor = major_minor(kubernetes_version)
+    if minor >= _FIRST_VERSION_WITHOUT_V1BETA1:
+        return ("v1", "v1beta2")
     if minor >= _FIRST_VERSION_WITH_V1:
         return ("v1", "v1beta2", "v1beta1")
     if minor >= _FIRST_VERSION_WITH_V1BETA2:

@@ -12,7 +12,7 @@ class ApiServerSettings:
     """How the stand-in behaves."""
 
     kubernetes_version: str = "1.34"
-    """Kubernetes minor version to play ("1.32" … "1.37"): served versions and schemas."""
+    """Kubernetes minor version to play ("1.32" … "1.38"): served versions and schemas."""
     host: str = "127.0.0.1"
     """Address to listen on; only loopback is sensible."""
     port: int = 0

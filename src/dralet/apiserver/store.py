@@ -296,7 +296,9 @@ class Store:
                     as_written.pop(key, None)
         problems = schema_errors(as_written, kubernetes_version=self.settings.kubernetes_version)
         if not problems:  # like the real server: decode (schema) first, then validate
-            problems = semantic_errors(kind, obj)
+            problems = semantic_errors(
+                kind, obj, kubernetes_version=self.settings.kubernetes_version
+            )
         if problems:
             name = str((obj.get("metadata") or {}).get("name") or "")
             raise ApiStatusError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dralet import kubenames
 from dralet.apiserver.kinds import Kind, major_minor
 from dralet.kube import slices
 from dralet.validation import schemas
@@ -15,6 +16,10 @@ from dralet.validation import schemas
 __all__ = ["schema_errors", "semantic_errors"]
 
 _MAX_DEVICES = slices.MAX_DEVICES_PER_SLICE
+_SCHEMAS_OF = {(1, 38): (1, 37)}
+"""Releases whose bundled schemas are those of another: no JSON field of resource.k8s.io
+v1 or v1beta2 changed from 1.37 to 1.38 (k8s.io/api@v0.37.2 and @v0.38.0-beta.0
+resource/*/types.go), so the 1.37 schemas check 1.38 objects until 1.38's are bundled."""
 
 
 def schema_errors(obj: Mapping[str, Any], *, kubernetes_version: str) -> list[str]:
@@ -22,6 +27,9 @@ def schema_errors(obj: Mapping[str, Any], *, kubernetes_version: str) -> list[st
     major, minor = major_minor(kubernetes_version)
     kind, api_version = str(obj.get("kind")), str(obj.get("apiVersion"))
     validator = schemas.validator_for(f"{major}.{minor}", api_version, kind)
+    if validator is None and (major, minor) in _SCHEMAS_OF:
+        major, minor = _SCHEMAS_OF[major, minor]
+        validator = schemas.validator_for(f"{major}.{minor}", api_version, kind)
     if validator is None:
         return [f"no schema for {kind} {api_version} in {kubernetes_version}"]
     found = schemas.schema_findings(validator, dict(obj), api_version=api_version)
@@ -39,8 +47,9 @@ def device_status_key(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
     )
 
 
-def semantic_errors(kind: Kind, obj: Mapping[str, Any]) -> list[str]:
+def semantic_errors(kind: Kind, obj: Mapping[str, Any], *, kubernetes_version: str) -> list[str]:
     """The Go validation rules dralet relies on that schemas cannot express."""
+    single_slash = major_minor(kubernetes_version) >= major_minor(kubenames.SINGLE_SLASH_RELEASE)
     metadata = obj.get("metadata") or {}
     problems = [
         f"metadata.name: {p}"
@@ -55,7 +64,10 @@ def semantic_errors(kind: Kind, obj: Mapping[str, Any]) -> list[str]:
         if len(set(names)) != len(names):
             problems.append("spec.devices: device names must be unique")
         for device in devices:
-            problems += [f"spec.devices: {p}" for p in slices.device_problems(device)]
+            problems += [
+                f"spec.devices: {p}"
+                for p in slices.device_problems(device, single_slash=single_slash)
+            ]
         chosen = [k for k in ("nodeName", "nodeSelector", "allNodes") if spec.get(k)]
         if len(chosen) != 1:
             problems.append(

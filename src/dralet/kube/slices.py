@@ -29,6 +29,7 @@ __all__ = [
     "dns_subdomain_problems",
     "driver_name_problems",
     "node_name_problems",
+    "own_domain_problems",
     "plan_pool",
     "pool_name_problems",
     "qualified_name_problems",
@@ -113,10 +114,26 @@ def pool_name_problems(pool: str) -> list[str]:
     return [] if problem is None else [f"pool name {pool!r}: {problem}"]
 
 
-def qualified_name_problems(name: str) -> list[str]:
-    """An attribute or capacity name: ``id`` or ``domain/id`` (id a C identifier ≤32)."""
-    problem = kubenames.qualified_name_problem(name)
+def qualified_name_problems(name: str, *, single_slash: bool = True) -> list[str]:
+    """An attribute or capacity name: ``id`` or ``domain/id`` (id a C identifier ≤32).
+
+    ``single_slash`` refuses ``a/b/c`` as Kubernetes 1.38 does; only the API stand-in
+    playing an older release turns it off."""
+    problem = kubenames.qualified_name_problem(name, single_slash=single_slash)
     return [] if problem is None else [f"name {name!r}: {problem}"]
+
+
+def own_domain_problems(device: Mapping[str, Any], *, driver: str) -> list[str]:
+    """Attribute and capacity names of one device (canonical JSON) that the publishing
+    ``driver`` qualifies with its own name: the Go helper refuses to publish them."""
+    where = f"device {device.get('name')!r}"
+    problems = []
+    for key_of, what in (("attributes", "attribute"), ("capacity", "capacity")):
+        for key in device.get(key_of) or {}:
+            problem = kubenames.own_domain_problem(key, driver=driver)
+            if problem is not None:
+                problems.append(f"{where}: {what} {key!r}: {problem}")
+    return problems
 
 
 def attribute_value_problems(name: str, value: Mapping[str, Any]) -> list[str]:
@@ -150,8 +167,9 @@ def quantity_problems(name: str, quantity: Any) -> list[str]:
     return []
 
 
-def device_problems(device: Mapping[str, Any]) -> list[str]:
-    """Everything the API server would refuse about one device in canonical JSON."""
+def device_problems(device: Mapping[str, Any], *, single_slash: bool = True) -> list[str]:
+    """Everything the API server would refuse about one device in canonical JSON
+    (a 1.38 server; ``single_slash=False`` for the name rule of older ones)."""
     name = str(device.get("name") or "")
     where = f"device {name!r}"
     problems: list[str] = []
@@ -167,10 +185,14 @@ def device_problems(device: Mapping[str, Any]) -> list[str]:
             f"{MAX_ATTRIBUTES_AND_CAPACITIES}"
         )
     for key, value in attributes.items():
-        problems += [f"{where}: {p}" for p in qualified_name_problems(key)]
+        problems += [
+            f"{where}: {p}" for p in qualified_name_problems(key, single_slash=single_slash)
+        ]
         problems += [f"{where}: {p}" for p in attribute_value_problems(key, value or {})]
     for key, value in capacity.items():
-        problems += [f"{where}: {p}" for p in qualified_name_problems(key)]
+        problems += [
+            f"{where}: {p}" for p in qualified_name_problems(key, single_slash=single_slash)
+        ]
         problems += [f"{where}: {p}" for p in quantity_problems(key, (value or {}).get("value"))]
         if (value or {}).get("requestPolicy") and not device.get("allowMultipleAllocations"):
             problems.append(

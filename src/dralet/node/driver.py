@@ -118,7 +118,8 @@ class Driver:
         that are still empty are removed, before the error is raised:
         ``access.ApiAccessError`` (API access unusable), ``directories.DirectoryError``
         (a directory unusable), ``DriverStartError`` (the factory failed), or
-        ``PermanentError`` (a socket in use, say)."""
+        ``PermanentError`` (a socket in use, say; or, when publishing, a device attribute
+        or capacity named with the driver's own domain, which the Go helper refuses)."""
         if self._started:
             raise RuntimeError("a Driver starts once; make a new one")
         self._started = True
@@ -174,6 +175,7 @@ class Driver:
                 events=events,
             )
             self._publisher = publisher
+            await publisher.check_names()  # before any socket exists or slice is written
             background["resourceslices"] = publisher.run
             ready_after = (publisher.published,)
         return NodeServer(

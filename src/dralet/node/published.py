@@ -15,7 +15,7 @@ from dralet.kube import features, slices
 from dralet.node import devices
 from dralet.node.devices import Device, counter_set_to_json, device_to_json, taint_to_json
 
-__all__ = ["BuiltPool", "build_pool"]
+__all__ = ["BuiltPool", "build_pool", "own_domain_problems"]
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,11 @@ def build_pool(
     partitions (``Device.partition``) where partitionable devices are not served. A device
     or counter set the API server would refuse is left out (and named in ``skipped``);
     the rest are still published. A slice holds at most 128 devices, 64 when any of them
-    has taints or consumes counters. ``extra_taints`` adds one taint to the devices it
-    names (the health taint). Raises ``slices.InvalidDeviceError`` only when nothing can
-    be published: the driver, pool or node name would be refused.
+    has taints or consumes counters. A device with an attribute or capacity named with the
+    driver's own domain is left out too (``own_domain_problems``). ``extra_taints`` adds
+    one taint to the devices it names (the health taint). Raises
+    ``slices.InvalidDeviceError`` only when nothing can be published: the driver, pool or
+    node name would be refused.
     """
     problems = slices.driver_name_problems(driver) + slices.pool_name_problems(pool)
     problems += slices.node_name_problems(node_name)
@@ -91,6 +93,7 @@ def build_pool(
             as_json, removed = features.strip_device(as_json, served)
             unserved |= removed
         device_problems = slices.device_problems(as_json)
+        device_problems += slices.own_domain_problems(as_json, driver=driver)
         if device.name in seen:
             device_problems.append(f"device {device.name!r} is listed twice")
         if device_problems:
@@ -115,3 +118,13 @@ def build_pool(
         skipped=tuple(skipped),
         unserved=frozenset(unserved),
     )
+
+
+def own_domain_problems(backend_devices: Sequence[Device], *, driver: str) -> list[str]:
+    """Every attribute and capacity name of ``backend_devices`` that ``driver`` qualifies
+    with its own name, one line each naming the device and the name: the Go helper
+    (k8s.io/dynamic-resource-allocation@v0.38.0-beta.0) refuses to publish such a pool."""
+    problems: list[str] = []
+    for device in backend_devices:
+        problems += slices.own_domain_problems(device_to_json(device), driver=driver)
+    return problems

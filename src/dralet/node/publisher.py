@@ -175,6 +175,16 @@ class SlicePublisher:
             return plan
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def check_names(self) -> None:
+        """List the backend's devices once and refuse (``slices.InvalidDeviceError``, one
+        problem per device and name) any attribute or capacity name qualified with this
+        driver's own name. ``Driver.start`` calls it before anything is published: the
+        first point where the devices and the driver name meet (a ``Device`` does not
+        know its driver)."""
+        problems = published.own_domain_problems(await self.backend.devices(), driver=self.driver)
+        if problems:
+            raise slices.InvalidDeviceError(problems)
+
     async def _reconcile(self) -> slices.PoolPlan:
         version = await self.api_version()
         resource = resources.resource_slices(version)
