@@ -57,13 +57,18 @@ class KubeletEmulator:
                 continue
         return found
 
-    async def register(self, socket_path: Path) -> PluginConnection:
-        """One registration attempt: GetInfo, validate, NotifyRegistrationStatus."""
+    async def register(
+        self, socket_path: Path, *, driver_name: str | None = None
+    ) -> PluginConnection:
+        """One registration attempt: GetInfo, validate, NotifyRegistrationStatus. With
+        ``driver_name``, a plugin of another name is left alone (``KubeletError``)."""
         async with grpc.aio.insecure_channel(f"unix:{socket_path}") as channel:
             stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)
             info = await stub.GetInfo(
                 pluginregistration_v1_pb2.InfoRequest(), timeout=GET_INFO_TIMEOUT
             )
+            if driver_name is not None and info.name != driver_name:
+                raise KubeletError(f"{socket_path} is plugin {info.name!r}")
             try:
                 if info.type != DRA_PLUGIN_TYPE:
                     raise KubeletError(f"no handler for plugin type {info.type!r}")
@@ -95,21 +100,18 @@ class KubeletEmulator:
         return plugin
 
     async def wait_for_plugin(self, driver_name: str, *, within: float = 30.0) -> PluginConnection:
-        """Wait until a registration socket for ``driver_name`` appears, then register it."""
+        """Wait until a registration socket for ``driver_name`` appears, then register it.
+
+        Every socket is asked its name, as the kubelet does: a rolling update's socket may
+        be named by a hash alone (``dra-<hash>-reg.sock``, the Go helper v0.38)."""
         deadline = time.monotonic() + within
         last_error: Exception | None = None
         while time.monotonic() < deadline:
             for path in self.sockets():
-                if not path.name.startswith(driver_name):
-                    continue
                 try:
-                    plugin = await self.register(path)
+                    return await self.register(path, driver_name=driver_name)
                 except (grpc.aio.AioRpcError, KubeletError) as exc:
                     last_error = exc
-                    continue
-                if plugin.info.name == driver_name:
-                    return plugin
-                await plugin.close()
             await asyncio.sleep(DISCOVERY_POLL_INTERVAL)
         raise KubeletError(f"plugin {driver_name} did not register within {within}s: {last_error}")
 

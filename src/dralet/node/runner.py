@@ -26,7 +26,7 @@ from grpc_health.v1._async import HealthServicer
 
 from dralet import errors
 from dralet.metrics import DriverMetrics
-from dralet.node import directories, service
+from dralet.node import directories, service, sockets
 from dralet.node.claims import ClaimEngine, ClaimSource, EventSink, RecoveryReport
 from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.node.settings import DriverSettings
@@ -63,8 +63,8 @@ def _socket_is_live(path: Path) -> bool:
     return True
 
 
-# sun_path holds 108 bytes including the terminating NUL.
-UNIX_SOCKET_PATH_MAX = 107
+UNIX_SOCKET_PATH_MAX = sockets.UNIX_PATH_MAX - 1
+"""sun_path holds 108 bytes including the terminating NUL."""
 
 
 def _check_socket_path(path: Path) -> None:
@@ -187,7 +187,9 @@ class NodeServer:
         _remove_stale_socket(path)
         old_umask = os.umask(0o177)
         try:
-            server.add_insecure_port(f"unix://{path}")
+            # "unix:" + path: grpcio 1.85 refuses "unix://" addresses of 106 and 107 bytes,
+            # which the kernel takes.
+            server.add_insecure_port(f"unix:{path}")
             await server.start()
         finally:
             os.umask(old_umask)

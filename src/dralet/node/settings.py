@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dralet import kubenames
+from dralet.node import sockets
 
 __all__ = ["DriverSettings"]
 
@@ -32,7 +33,9 @@ class DriverSettings:
     pool_name: str = ""
     """ResourceSlice pool of this node's devices (default: the node name)."""
     pod_uid: str = ""
-    """When set, sockets get per-instance names (rolling updates, Kubernetes >= 1.33)."""
+    """When set, sockets get per-instance names (rolling updates, Kubernetes >= 1.33),
+    shortened as the Go helper shortens them when a path would not fit
+    (``dralet.node.sockets``)."""
     boot_id_path: Path = Path("/proc/sys/kernel/random/boot_id")
     """Source of the boot ID recorded in the checkpoint to detect reboots."""
     max_parallel_claims: int = 256
@@ -112,13 +115,12 @@ class DriverSettings:
 
     @property
     def dra_socket(self) -> Path:
-        name = f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock"
-        return self.plugin_dir / name
+        return self.plugin_dir / sockets.plugin_socket_name(self.plugin_dir, self.pod_uid)
 
     @property
     def registration_socket(self) -> Path:
-        suffix = f"-{self.pod_uid}" if self.pod_uid else ""
-        return self.registry_dir / f"{self.driver_name}{suffix}-reg.sock"
+        name = sockets.registration_socket_name(self.registry_dir, self.driver_name, self.pod_uid)
+        return self.registry_dir / name
 
     @property
     def checkpoint_path(self) -> Path:
