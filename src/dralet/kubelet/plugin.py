@@ -141,9 +141,10 @@ class PluginConnection:
         verdict = _judge("NodeUnprepareResources", claims, list(response.claims), results)
         return UnprepareResult(claims=results, kubelet_error=verdict)
 
-    async def watch_health(self) -> AsyncGenerator[Any, None]:
-        """NodeWatchResources of the health service this kubelet picked (v1alpha1 by default)."""
-        pb2, pb2_grpc = _HEALTH_MODULES[self.health_service or HEALTH_V1ALPHA1]
+    async def watch_health(self, service: str = "") -> AsyncGenerator[Any, None]:
+        """NodeWatchResources of ``service``, by default the health service this kubelet
+        picked (v1alpha1 when it picked none)."""
+        pb2, pb2_grpc = _HEALTH_MODULES[service or self.health_service or HEALTH_V1ALPHA1]
         stub = pb2_grpc.DRAResourceHealthStub(self.channel())
         call = stub.NodeWatchResources(pb2.NodeWatchResourcesRequest())
         try:

@@ -17,6 +17,7 @@ __all__ = [
     "V1BETA1",
     "choose_health_service",
     "choose_service",
+    "watched_health_service",
 ]
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
@@ -60,3 +61,22 @@ def choose_health_service(supported: Sequence[str], *, kubelet_version: str) -> 
     minor = int(kubelet_version.split(".")[1])
     known = (HEALTH_V1, HEALTH_V1ALPHA1) if minor >= HEALTH_V1_KUBELET_MINOR else (HEALTH_V1ALPHA1,)
     return next((s for s in known if s in supported), "")
+
+
+HEALTH_WATCH_DEFAULT_ON_MINOR = 36
+"""ResourceHealthStatus is beta and on by default from 1.36 (alpha, off, 1.31-1.35):
+k8s.io/kubernetes@v1.36.0 pkg/features/kube_features.go."""
+
+
+def watched_health_service(supported: Sequence[str], *, kubelet_version: str) -> str:
+    """The health service a kubelet of ``kubelet_version`` (default gates) opens a stream
+    to ('' = none). 1.37 and later open one only to a plugin that advertises it
+    (k8s.io/kubernetes@v1.37.2 pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go,
+    ``chosenHealthService != ""``); 1.36 opens v1alpha1 to every plugin, advertised or
+    not (@v1.36.0, same file); before 1.36 the gate is off."""
+    minor = int(kubelet_version.split(".")[1])
+    if minor >= HEALTH_V1_KUBELET_MINOR:
+        return choose_health_service(supported, kubelet_version=kubelet_version)
+    if minor >= HEALTH_WATCH_DEFAULT_ON_MINOR:
+        return HEALTH_V1ALPHA1
+    return ""

@@ -37,6 +37,7 @@ __all__ = [
     "DeviceHealth",
     "DeviceMetadata",
     "DeviceStatus",
+    "HealthNotSupported",
     "HealthStatus",
     "NetworkData",
     "PartialPrepareError",
@@ -217,6 +218,12 @@ class HealthStatus(enum.Enum):
     UNHEALTHY = 2
 
 
+class HealthNotSupported(Exception):
+    """Raised by a backend's ``health()`` that does not report device health (the Go
+    helper's ``ErrHealthNotSupported``). Raised at start, the driver then advertises no
+    health service to the kubelet; raised later, it ends the kubelet's health watch."""
+
+
 @dataclass(frozen=True)
 class DeviceHealth:
     """What ``health()`` says of one device: its status and, when not healthy, why."""
@@ -269,7 +276,8 @@ class ClaimBackend(Protocol):
         ...
 
     def health(self) -> MaybeAwaitable[Mapping[str, DeviceHealth]]:
-        """Device name → current health (devices left out are UNKNOWN)."""
+        """Device name → current health (devices left out are UNKNOWN); raise
+        ``HealthNotSupported`` if this backend does not report health."""
         ...
 
 

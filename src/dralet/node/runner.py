@@ -27,6 +27,7 @@ from grpc_health.v1._async import HealthServicer
 from dralet import errors
 from dralet.metrics import DriverMetrics
 from dralet.node import directories, service, sockets
+from dralet.node.backend import HealthNotSupported
 from dralet.node.claims import ClaimEngine, ClaimSource, EventSink, RecoveryReport
 from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.node.settings import DriverSettings
@@ -124,6 +125,10 @@ class NodeServer:
             versions=(*service.SUPPORTED_VERSIONS, *service.HEALTH_SERVICE_VERSIONS),
         )
         self.health = HealthServicer()
+        self.reports_health = True
+        """Whether the backend reports device health, asked at start: only then are the
+        DRA health services advertised to the kubelet."""
+        self._stopping = asyncio.Event()
         self.recovery: RecoveryReport | None = None
         self._background = dict(background or {})
         self.events = events
@@ -154,6 +159,10 @@ class NodeServer:
             log.warning("recovery: %s %s", action, subject)
         if self.ledger.fail_closed:
             await self._report("CheckpointCorrupt", self.ledger.fail_closed)
+        self.reports_health = await self._backend_reports_health()
+        if not self.reports_health:
+            self.registration.versions = service.SUPPORTED_VERSIONS
+            log.info("the backend does not report device health: no health service advertised")
         await self._start_dra_server()
         await self._start_registration_server()
         if s.health_port is not None:
@@ -182,6 +191,19 @@ class NodeServer:
             s.registration_socket,
         )
 
+    async def _backend_reports_health(self) -> bool:
+        """One ``health()`` call: False only when the backend says ``HealthNotSupported``
+        (a failing call is a health answer the stream passes on)."""
+        try:
+            await self.backend.health()
+        except HealthNotSupported:
+            return False
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("the backend's health() failed at start", exc_info=True)
+        return True
+
     async def _bind_unix(self, server: grpc.aio.Server, path: Path) -> None:
         _check_socket_path(path)
         _remove_stale_socket(path)
@@ -205,15 +227,20 @@ class NodeServer:
             service.DRAv1beta1Servicer(self.ledger),
             _service(dra_v1beta1_pb2, "DRAPlugin"),
         )
-        pool, interval = self.settings.pool_name, self.settings.health_interval
+        health: dict[str, Any] = {
+            "pool": self.settings.pool_name,
+            "interval": self.settings.health_interval,
+            "supported": self.reports_health,
+            "stopping": self._stopping,
+        }
         wire.add_service(
             server,
-            service.ResourceHealthV1Servicer(self.backend, pool=pool, interval=interval),
+            service.ResourceHealthV1Servicer(self.backend, **health),
             _service(drahealth_v1_pb2, "DRAResourceHealth"),
         )
         wire.add_service(
             server,
-            service.ResourceHealthServicer(self.backend, pool=pool, interval=interval),
+            service.ResourceHealthServicer(self.backend, **health),
             _service(drahealth_v1alpha1_pb2, "DRAResourceHealth"),
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -285,6 +312,7 @@ class NodeServer:
             await self._registration_server.stop(None)
             self.settings.registration_socket.unlink(missing_ok=True)
         await self.health.enter_graceful_shutdown()
+        self._stopping.set()  # idle health streams end before the grace period
         if self._dra_server is not None:
             await self._dra_server.stop(grace)
         await self.ledger.work.close(grace=grace)

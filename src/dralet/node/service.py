@@ -20,7 +20,13 @@ from typing import Any
 import grpc
 
 from dralet import errors, kubenames, logs
-from dralet.node.backend import ClaimRef, ClaimUID, DeviceHealth, HealthStatus
+from dralet.node.backend import (
+    ClaimRef,
+    ClaimUID,
+    DeviceHealth,
+    HealthNotSupported,
+    HealthStatus,
+)
 from dralet.node.claims import ClaimEngine, PrepareOutcome
 from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.protocol.proto import (
@@ -253,6 +259,10 @@ class ResourceHealthServicer(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServic
     The kubelet marks devices it has not heard about for 30 s as Unknown, so the full
     list is resent at ``interval`` even when nothing changed. This is health v1alpha1;
     ``ResourceHealthV1Servicer`` is the same implementation with v1's messages.
+
+    A backend that does not report health (``supported`` False, or ``HealthNotSupported``
+    from ``health()``) gets an answer each kubelet release takes quietly: see
+    ``_not_supported``. ``stopping`` is set when the driver stops.
     """
 
     _pb2: ModuleType = drahealth_v1alpha1_pb2
@@ -264,11 +274,15 @@ class ResourceHealthServicer(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServic
         pool: str,
         interval: float,
         timeout_seconds: int = 0,
+        supported: bool = True,
+        stopping: asyncio.Event | None = None,
     ) -> None:
         self.backend = normalize(backend)
         self.pool = pool
         self.interval = interval
         self.timeout_seconds = timeout_seconds
+        self.supported = supported
+        self.stopping = stopping if stopping is not None else asyncio.Event()
 
     async def _snapshot(self) -> dict[str, DeviceHealth]:
         health = dict(await self.backend.health())
@@ -292,12 +306,29 @@ class ResourceHealthServicer(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServic
             ]
         )
 
+    async def _not_supported(self, context: Any) -> None:
+        """v1alpha1 without health: keep the stream open, silent, until the driver stops.
+
+        Only a 1.36 kubelet watches v1alpha1 of a driver that does not advertise it: it
+        watches every plugin, and logs an error and retries every 5 s whatever ends the
+        stream but EOF (k8s.io/kubernetes@v1.36.0 pkg/kubelet/cm/dra/plugin/
+        dra_plugin_manager.go, manager.go HandleWatchResourcesStream). Unimplemented
+        would be that log spam; an idle stream is one goroutine."""
+        await self.stopping.wait()
+
     async def NodeWatchResources(self, request: Any, context: Any) -> AsyncIterator[Any]:
         previous: dict[str, DeviceHealth] | None = None
         last_sent = 0.0
         poll = min(self.interval, 1.0)
+        if not self.supported:
+            await self._not_supported(context)
+            return
         while True:
-            current = await self._snapshot()
+            try:
+                current = await self._snapshot()
+            except HealthNotSupported:
+                await self._not_supported(context)
+                return
             now = time.monotonic()
             if current != previous or now - last_sent >= self.interval:
                 yield self._message(current)
@@ -311,3 +342,12 @@ class ResourceHealthV1Servicer(
     """Health v1 (1.37+): v1alpha1's messages in package v1, one implementation."""
 
     _pb2 = drahealth_v1_pb2
+
+    async def _not_supported(self, context: Any) -> None:
+        """v1 without health: Unimplemented. Only 1.37+ kubelets speak v1, and they watch
+        only a plugin that advertises it and stop watching on Unimplemented
+        (k8s.io/kubernetes@v1.37.2 and @v1.38.0-beta.0 pkg/kubelet/cm/dra/plugin/
+        dra_plugin_manager.go; the Go helper's ``ErrHealthNotSupported``)."""
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "this driver does not report device health"
+        )
