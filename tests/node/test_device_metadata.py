@@ -238,3 +238,73 @@ async def test_a_request_name_that_is_no_dns_label_is_refused(
         assert "device metadata: request" in result.claims[UID].error
         assert files.claim_uids() == []
         assert not (settings.plugin_dir / "x").exists()
+
+
+async def test_the_versions_written_are_a_setting(short_tmp: Path) -> None:
+    settings, claims, claim, files = setup(short_tmp)
+    settings = dataclasses.replace(settings, device_metadata_versions=("v1", "v1beta1"))
+    async with running_node(settings, WithMetadata(), claims=claims) as node:
+        assert (await node.prepare(claim)).kubelet_error == ""
+        gpu = stream(files.read(UID, "gpu") or "")
+        assert [o["apiVersion"] for o in gpu] == [
+            "metadata.resource.k8s.io/v1",
+            "metadata.resource.k8s.io/v1beta1",
+        ]
+        assert {k: v for k, v in gpu[0].items() if k != "apiVersion"} == {
+            k: v for k, v in gpu[1].items() if k != "apiVersion"
+        }
+
+
+@pytest.mark.parametrize("versions", [(), ("v1", "v1"), ("1.0",), ("v1beta1", "V1")])
+def test_metadata_versions_must_be_distinct_api_versions(
+    short_tmp: Path, versions: tuple[str, ...]
+) -> None:
+    with pytest.raises(ValueError, match="device_metadata_versions"):
+        node_settings(short_tmp, device_metadata_versions=versions)
+
+
+async def test_a_prepared_requests_metadata_is_updated_in_place(short_tmp: Path) -> None:
+    settings, claims, claim, files = setup(short_tmp)
+    ref = dralet.ClaimRef(dralet.ClaimUID(UID), "default", "c")
+    backend = WithMetadata()
+    backend.files = files
+    async with running_node(settings, backend, claims=claims) as node:
+        assert (await node.prepare(claim)).kubelet_error == ""
+        before = stream(files.read(UID, "nic") or "")
+        late = dralet.DeviceMetadata(
+            attributes={"ip": "10.1.2.3"},
+            network=dralet.NetworkData(interface_name="eth7", ips=("10.1.2.3/16",)),
+        )
+        generation = await node.driver.update_request_metadata(ref, "nic", {"gpu-2": late})
+        assert generation == 2
+        after = stream(files.read(UID, "nic") or "")
+        assert [o["apiVersion"] for o in after] == [o["apiVersion"] for o in before]
+        assert after[0]["metadata"]["generation"] == 2
+        (entry,) = after[0]["requests"][0]["devices"]
+        assert entry == {
+            "driver": DRIVER,
+            "pool": "node-a",
+            "name": "gpu-2",
+            "attributes": {"ip": {"string": "10.1.2.3"}},
+            "networkData": {"interfaceName": "eth7", "ips": ["10.1.2.3/16"]},
+        }
+        assert stream(files.read(UID, "gpu") or "")[0]["metadata"]["generation"] == 1
+        record = node.driver.ledger.known_claims()[UID]
+        assert record.device_metadata["nic"] == files.read(UID, "nic")
+        assert await node.driver.update_request_metadata(ref, "nic", {}) == 3
+        with pytest.raises(dralet.PermanentError, match="not in this request"):
+            await node.driver.update_request_metadata(ref, "gpu", {"gpu-2": late})
+        with pytest.raises(dralet.PermanentError, match="no device metadata for request"):
+            await node.driver.update_request_metadata(ref, "other", {})
+        assert (await node.unprepare(claim)).kubelet_error == ""
+        with pytest.raises(dralet.PermanentError, match="is not prepared"):
+            await node.driver.update_request_metadata(ref, "nic", {})
+
+
+async def test_metadata_updates_need_device_metadata_on(short_tmp: Path) -> None:
+    settings, claims, claim, _ = setup(short_tmp, enabled=False)
+    ref = dralet.ClaimRef(dralet.ClaimUID(UID), "default", "c")
+    async with running_node(settings, WithMetadata(), claims=claims) as node:
+        assert (await node.prepare(claim)).kubelet_error == ""
+        with pytest.raises(dralet.PermanentError, match="not enabled"):
+            await node.driver.update_request_metadata(ref, "gpu", {})

@@ -20,13 +20,14 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from dralet import logs
 from dralet.kube import access
 from dralet.metrics import DriverMetrics
 from dralet.node import directories, factory
+from dralet.node.backend import ClaimRef, DeviceMetadata
 from dralet.node.claims import ClaimSource, RecoveryReport
 from dralet.node.config import Settings
 from dralet.node.invoke import AnyBackend, normalize
@@ -204,6 +205,18 @@ class Driver:
             return False
         self._publisher.trigger()
         return True
+
+    async def update_request_metadata(
+        self, claim: ClaimRef, request: str, devices: Mapping[str, DeviceMetadata]
+    ) -> int:
+        """Rewrite the device metadata file of ``request`` of prepared ``claim`` (with
+        ``DriverSettings.device_metadata``): each device named in ``devices`` gets that
+        entry, the rest keep theirs; the file is replaced atomically, its generation bumped
+        and the claim's record updated. Returns the new generation. For what is known
+        only after prepare, such as a pod's IP address (the Go helper's
+        ``UpdateRequestMetadata``). Raises ``PermanentError`` when the claim is not
+        prepared with metadata for that request, or a device is not in it."""
+        return await self.server.update_request_metadata(claim, request, devices)
 
     async def stop(self) -> None:
         """Staged shutdown: deregister, refuse new calls, give in-flight calls

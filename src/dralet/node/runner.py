@@ -27,8 +27,8 @@ from grpc_health.v1._async import HealthServicer
 from dralet import errors
 from dralet.metrics import DriverMetrics
 from dralet.node import directories, service, sockets
-from dralet.node.backend import HealthNotSupported
-from dralet.node.claims import ClaimEngine, ClaimSource, EventSink, RecoveryReport
+from dralet.node.backend import ClaimRef, DeviceMetadata, HealthNotSupported
+from dralet.node.claims import ClaimEngine, ClaimSource, EventSink, RecoveryReport, metadataupdate
 from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.node.settings import DriverSettings
 from dralet.node.tasks import TaskSet
@@ -189,6 +189,15 @@ class NodeServer:
             s.driver_name,
             s.dra_socket,
             s.registration_socket,
+        )
+
+    async def update_request_metadata(
+        self, claim: ClaimRef, request: str, devices: Mapping[str, DeviceMetadata]
+    ) -> int:
+        """Rewrite a prepared claim's device metadata file for ``request``; see
+        ``dralet.Driver.update_request_metadata``."""
+        return await metadataupdate.update_request_metadata(
+            self.ledger, claim.uid, request, devices
         )
 
     async def _backend_reports_health(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,7 @@ __all__ = ["DriverSettings"]
 
 KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 KUBELET_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+_API_VERSION = re.compile(r"v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?")
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,10 @@ class DriverSettings:
     1.37 kubelet plugin helper), at ``/var/run/kubernetes.io/dra-device-attributes/...``.
     The files live under ``<plugin_dir>/dra-device-metadata`` and go at unprepare, right
     after the CDI spec."""
+    device_metadata_versions: tuple[str, ...] = ("v1beta1", "v1alpha1")
+    """The ``metadata.resource.k8s.io`` versions each metadata file holds, newest first
+    (readers take the first they know). They share one set of fields, so a newer version
+    (``v1``) is added here, with no code change, once readers know it."""
     backend_state_dir: Path | None = None
     """The backend's own state dir, if any: checked at start and swept of temp files
     ``dralet.atomic_write`` left behind."""
@@ -99,6 +105,13 @@ class DriverSettings:
         )
         if node_problem is not None:
             raise ValueError(f"DriverSettings.node_name {self.node_name!r}: {node_problem}")
+        versions = self.device_metadata_versions
+        bad = [v for v in versions if _API_VERSION.fullmatch(v) is None]
+        if not versions or bad or len(set(versions)) != len(versions):
+            raise ValueError(
+                f"DriverSettings.device_metadata_versions {versions!r}: give distinct API "
+                "versions such as 'v1beta1', newest first"
+            )
         if self.plugin_dir == Path():
             object.__setattr__(self, "plugin_dir", KUBELET_PLUGINS_DIR / self.driver_name)
         if not self.pool_name:

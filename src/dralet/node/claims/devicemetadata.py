@@ -37,7 +37,7 @@ from typing import Any
 from dralet import errors, failpoints, fsutil, kubenames
 from dralet.cdi.spec import Mount
 from dralet.checkpoint.model import DeviceRecord
-from dralet.node.backend import ClaimRef, PreparedDevice
+from dralet.node.backend import ClaimRef, DeviceMetadata, PreparedDevice
 from dralet.node.claims.calls import SUBREQUEST
 from dralet.node.claims.devicestatus import DeviceStatusError, network_data_json
 from dralet.node.devices import attributes_to_json
@@ -46,14 +46,19 @@ __all__ = [
     "CONTAINER_DIR",
     "VERSIONS",
     "MetadataFiles",
+    "MetadataUpdateError",
     "documents",
     "mounts",
+    "updated",
 ]
 
 GROUP = "metadata.resource.k8s.io"
 VERSIONS = ("v1beta1", "v1alpha1")
-"""Written in this order: v1beta1 for 1.37 readers, then v1alpha1 (same fields) for
-readers built against 1.36, which know only that one."""
+"""The default of ``DriverSettings.device_metadata_versions``, written in this order:
+v1beta1 for 1.37 readers, then v1alpha1 (same fields) for readers built against 1.36,
+which know only that one. v1beta1 is still the newest in
+k8s.io/dynamic-resource-allocation@v0.38.0-beta.0 (kubeletplugin/draplugin.go
+``EnableDeviceMetadata`` accepts v1beta1 and v1alpha1)."""
 CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 HOST_SUBDIR = "dra-device-metadata"
@@ -127,15 +132,31 @@ def _device_entry(
     return entry
 
 
+class MetadataUpdateError(errors.PermanentError):
+    """A metadata update that cannot apply: the claim, request or device is not prepared."""
+
+
+def _stream(body: Mapping[str, Any], versions: Sequence[str]) -> str:
+    """The same object once per version, newest first, as one JSON stream."""
+    stream = [
+        json.dumps({"kind": "DeviceMetadata", "apiVersion": f"{GROUP}/{version}", **body}, indent=2)
+        for version in versions
+    ]
+    return "\n".join(stream) + "\n"
+
+
 def documents(
     driver: str,
     ref: ClaimRef,
     devices: Sequence[DeviceRecord],
     results: Sequence[PreparedDevice],
     claim: Mapping[str, Any] | None,
+    *,
+    versions: Sequence[str] = VERSIONS,
 ) -> dict[str, str]:
     """Base request -> the content of its metadata file (``results`` line up with
-    ``devices``). Raises ``ClaimError`` for a name that cannot be a path segment."""
+    ``devices``), holding the object once per version of ``versions``. Raises
+    ``ClaimError`` for a name that cannot be a path segment."""
     pod_claim_name = _pod_claim_name(claim)
     if pod_claim_name:
         _check_segment(ref, "pod claim name", pod_claim_name)
@@ -162,14 +183,48 @@ def documents(
             }
             for request, indexes in requests.items()
         ]
-        stream = [
-            json.dumps(
-                {"kind": "DeviceMetadata", "apiVersion": f"{GROUP}/{version}", **body}, indent=2
-            )
-            for version in VERSIONS
-        ]
-        out[base] = "\n".join(stream) + "\n"
+        out[base] = _stream(body, versions)
     return out
+
+
+def updated(
+    text: str,
+    *,
+    devices: Mapping[str, DeviceMetadata],
+    versions: Sequence[str] = VERSIONS,
+) -> tuple[str, int]:
+    """A request's metadata file ``text`` with the entries of ``devices`` (device name ->
+    what its entry now says) replaced and the generation bumped: the new content and
+    generation (the Go helper's ``UpdateRequestMetadata``,
+    k8s.io/dynamic-resource-allocation@v0.38.0-beta.0 kubeletplugin/metadata.go, which
+    reads the first object of the stream and writes generation + 1)."""
+    try:
+        first, _ = json.JSONDecoder().raw_decode(text)
+        body = {k: v for k, v in first.items() if k not in ("kind", "apiVersion")}
+        generation = int(body["metadata"]["generation"]) + 1
+        entries = [entry for request in body["requests"] for entry in request["devices"]]
+    except (ValueError, KeyError, TypeError) as error:
+        raise MetadataUpdateError(f"the metadata file cannot be read back: {error}") from None
+    known = {str(entry.get("name")) for entry in entries}
+    unknown = sorted(set(devices) - known)
+    if unknown:
+        raise MetadataUpdateError(f"devices {unknown} are not in this request ({sorted(known)})")
+    for entry in entries:
+        metadata = devices.get(str(entry.get("name")))
+        if metadata is None:
+            continue
+        entry.pop("attributes", None)
+        entry.pop("networkData", None)
+        if metadata.attributes:
+            entry["attributes"] = attributes_to_json(metadata.attributes)
+        try:
+            network_json = network_data_json(metadata.network)
+        except DeviceStatusError as error:
+            raise MetadataUpdateError(f"device {entry.get('name')}: {error}") from None
+        if network_json:
+            entry["networkData"] = network_json
+    body["metadata"]["generation"] = generation
+    return _stream(body, versions), generation
 
 
 def mounts(

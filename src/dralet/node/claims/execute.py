@@ -495,7 +495,12 @@ class Steps:
 
     def _metadata_documents(self, fresh: _Fresh, _: object) -> None:
         fresh.metadata = devicemetadata.documents(
-            self.settings.driver_name, fresh.ref, fresh.record.devices, fresh.results, fresh.claim
+            self.settings.driver_name,
+            fresh.ref,
+            fresh.record.devices,
+            fresh.results,
+            fresh.claim,
+            versions=self.settings.device_metadata_versions,
         )
 
     def _write_metadata(self, live: Sequence[_Fresh]) -> list[Exception | None]:
