@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 __all__ = ["KUBERNETES_RELEASES", "newest", "through"]
 
-KUBERNETES_RELEASES = ("1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
+KUBERNETES_RELEASES = ("1.32", "1.33", "1.34", "1.35", "1.36", "1.37", "1.38")
 """Oldest first: the floor to the current release."""
 
 

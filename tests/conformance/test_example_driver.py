@@ -1,6 +1,6 @@
 """``dralet conformance`` passes against dralet's own example driver, run as a real
 process that registers while conformance watches the registry directory: every case at
-both levels, on 1.32, 1.34 and 1.37 kubelets, restart cases included."""
+both levels, on 1.32, 1.34, 1.36, 1.37 and 1.38 kubelets, restart cases included."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ CLI_TIMEOUT = 180.0
     [
         ("1.32", ("1.32",), (("1.32", "v1beta1.DRAPlugin"),)),
         ("1.37", ("1.34", "1.37"), (("1.34", "v1.DRAPlugin"), ("1.37", "v1.DRAPlugin"))),
+        # 1.38 serves no resource.k8s.io/v1beta1; 1.36 watches health whatever is advertised
+        ("1.38", ("1.36", "1.38"), (("1.36", "v1.DRAPlugin"), ("1.38", "v1.DRAPlugin"))),
     ],
 )
 async def test_every_case_passes_strictly_with_restarts(
@@ -70,9 +72,11 @@ async def test_every_case_passes_strictly_with_restarts(
         assert result.failed() == [], (result.to_json(), driver.log())
         assert {c.status for c in result.cases} == {"pass"}, result.to_json()
         assert result.services == services
-        if "1.37" in kubelets:
-            service = next(c for c in result.cases if c.label == "kubelet.service@1.37")
+        for newer in {"1.37", "1.38"} & set(kubelets):
+            service = next(c for c in result.cases if c.label == f"kubelet.service@{newer}")
             assert service.message == "picks v1.DRAPlugin and v1.DRAResourceHealth"
+            watch = next(c for c in result.cases if c.label == f"kubelet.health-watch@{newer}")
+            assert watch.message == "v1.DRAResourceHealth reports"
         assert api.list("ResourceClaim") == []
         assert not list(paths.cdi_dir.glob("*.json"))
 

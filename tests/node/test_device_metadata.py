@@ -308,3 +308,18 @@ async def test_metadata_updates_need_device_metadata_on(short_tmp: Path) -> None
         assert (await node.prepare(claim)).kubelet_error == ""
         with pytest.raises(dralet.PermanentError, match="not enabled"):
             await node.driver.update_request_metadata(ref, "gpu", {})
+
+
+def test_dralet_run_takes_the_versions_and_refuses_bad_ones(short_tmp: Path) -> None:
+    from click.testing import CliRunner
+
+    from dralet.cli import run
+
+    defaults = {param.name: param.default for param in run.command.params}
+    assert defaults["device_metadata_versions"] == "v1beta1,v1alpha1"
+    result = CliRunner().invoke(
+        run.command,
+        ["--node-name", "n1", "--standalone", "--device-metadata-versions", "v1,v1"],
+    )
+    assert result.exit_code == 2
+    assert "device_metadata_versions ('v1', 'v1')" in result.output

@@ -182,6 +182,14 @@ def _driver_options(
     "dra-device-attributes (KEP-5304).",
 )
 @click.option(
+    "--device-metadata-versions",
+    default=",".join(_default(DriverSettings, "device_metadata_versions")),
+    show_default=True,
+    metavar="V1,V2,...",
+    help="The metadata.resource.k8s.io versions each device metadata file holds, newest "
+    "first (readers take the first they know).",
+)
+@click.option(
     "--max-parallel-claims",
     type=click.IntRange(min=1),
     default=_default(DriverSettings, "max_parallel_claims"),
@@ -226,6 +234,7 @@ def command(
     stale_claim_grace: float,
     write_device_status: bool,
     device_metadata: bool,
+    device_metadata_versions: str,
     max_parallel_claims: int,
     shutdown_grace: float,
     log_format: str,
@@ -247,6 +256,9 @@ def command(
             stale_claim_grace=stale_claim_grace,
             write_device_status=write_device_status,
             device_metadata=device_metadata,
+            device_metadata_versions=tuple(
+                v.strip() for v in device_metadata_versions.split(",") if v.strip()
+            ),
             max_parallel_claims=max_parallel_claims,
             shutdown_grace=shutdown_grace,
             **{name: value for name, value in paths.items() if value is not None},

@@ -53,6 +53,13 @@ CASES: tuple[Case, ...] = (
         "the service this kubelet picks answers (health too, if advertised)",
     ),
     Case(
+        "kubelet.health-watch",
+        "SHOULD",
+        "kubelet",
+        "this kubelet's health watch logs no error and is not stopped: reports where "
+        "health is advertised, a quiet stream where a 1.36 kubelet watches anyway",
+    ),
+    Case(
         "invalid-argument.empty-uid",
         "SHOULD",
         "kubelet",

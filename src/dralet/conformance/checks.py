@@ -4,6 +4,7 @@ feeds) would see, and records a verdict under the case's name."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
@@ -117,6 +118,53 @@ async def check_service(run: Run) -> None:
 
 
 HEALTH_FIRST_MESSAGE = 10.0
+QUIET_STREAM_WINDOW = 1.0
+"""How long a health stream of a driver that advertises none must stay quiet and open."""
+WATCH_POLL = 0.02
+
+
+async def check_health_watch(run: Run) -> None:
+    """The kubelet's own health loop (``dralet.kubelet.HealthWatch``) for this release:
+    where health is advertised it gets a first report; where a 1.36 kubelet watches a
+    driver that advertises none, the stream stays open without an error (an error is
+    logged and retried every 5 s); 1.37+ kubelets watch only what is advertised."""
+    name = "kubelet.health-watch"
+    plugin = run.dra
+    watcher = emulator.HealthWatch(plugin, run.kubelet)
+    service = watcher.service
+    if not service:
+        run.record(name, "pass", f"a {run.kubelet} kubelet does not watch health here")
+        return
+    advertised = service in plugin.info.supported_versions
+    task = asyncio.ensure_future(watcher.run())
+    window = HEALTH_FIRST_MESSAGE if advertised else QUIET_STREAM_WINDOW
+    try:
+        async with asyncio.timeout(window):
+            while not (watcher.messages or watcher.logged_errors or task.done()):  # noqa: ASYNC110
+                await asyncio.sleep(WATCH_POLL)
+    except TimeoutError:
+        pass
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if watcher.logged_errors:
+        run.record(
+            name,
+            "fail",
+            f"{service}: a {run.kubelet} kubelet logs {watcher.logged_errors[0]!r} and "
+            "retries every 5 s",
+        )
+    elif watcher.stopped:
+        run.record(
+            name, "fail", f"{watcher.stopped}: advertised, so the kubelet watched, then gave up"
+        )
+    elif advertised and not watcher.messages:
+        run.record(name, "fail", f"{service}: no first report within {window:g}s")
+    elif advertised:
+        run.record(name, "pass", f"{service} reports")
+    else:
+        run.record(name, "pass", f"{service} not advertised; the stream stays quiet")
 
 
 # ---------------------------------------------------------------------- DRA cases

@@ -306,6 +306,7 @@ async def _round(run: Run, version: str, service: str, skip_reason: str) -> None
     if run.plugin is None:
         _skip_round(run, "not run: the kubelet could not register the driver")
         return
+    await _run_case(run, "kubelet.health-watch", checks.check_health_watch)
     watch = SpecWatch(run.settings.cdi_dir)
     run.watch = watch if watch.start() else None
     run.unwatched = watch.unwatched
