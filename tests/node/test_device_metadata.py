@@ -17,7 +17,13 @@ import pytest
 import dralet
 from dralet.cdi import store as cdi_store
 from dralet.node.claims.devicemetadata import MetadataFiles
-from dralet.testing import MemoryClaims, allocated_claim, node_settings, running_node
+from dralet.testing import (
+    MemoryClaims,
+    allocated_claim,
+    kubelet_claim,
+    node_settings,
+    running_node,
+)
 from tests.node.quietbackend import QuietBackend
 
 DRIVER = "gpu.example.com"
@@ -323,3 +329,33 @@ def test_dralet_run_takes_the_versions_and_refuses_bad_ones(short_tmp: Path) -> 
     )
     assert result.exit_code == 2
     assert "device_metadata_versions ('v1', 'v1')" in result.output
+
+
+class UpdatesLater(WithMetadata):
+    """Keeps the update function the driver hands it, as a network driver would."""
+
+    update: Any = None
+
+    def use_update_request_metadata(self, update: Any) -> None:
+        self.update = update
+
+
+async def test_a_backend_gets_the_update_function_from_the_driver(short_tmp: Path) -> None:
+    from dralet.kubelet import KubeletEmulator
+
+    driver_settings, claims, claim, files = setup(short_tmp)
+    backend = UpdatesLater()
+    backend.files = files
+    settings = dralet.Settings(driver_settings, api=dralet.ApiSettings(standalone=True))
+    kubelet = KubeletEmulator(driver_settings.registry_dir, kubelet_version="1.38")
+    async with dralet.Driver(backend, settings, claims=claims):
+        plugin = await kubelet.wait_for_plugin(DRIVER, within=20.0)
+        assert (await plugin.prepare([kubelet_claim(claim)])).kubelet_error == ""
+        assert backend.update is not None
+        ref = dralet.ClaimRef(dralet.ClaimUID(UID), "default", "c")
+        late = dralet.DeviceMetadata(attributes={"ip": "10.9.9.9"})
+        assert await backend.update(ref, "gpu", {"gpu-0": late}) == 2
+        (entry, _) = stream(files.read(UID, "gpu") or "")[0]["requests"][0]["devices"]
+        assert entry["attributes"] == {"ip": {"string": "10.9.9.9"}}
+        assert (await plugin.unprepare([kubelet_claim(claim)])).kubelet_error == ""
+        await kubelet.close()

@@ -192,10 +192,14 @@ class Driver:
     def _hand_publish_to_backend(self) -> None:
         """A backend that defines ``use_publish(publish)`` gets ``Driver.publish`` once the
         driver serves, to call when its devices change (as a Go plugin keeps the helper
-        ``Start`` returned and calls its ``PublishResources``)."""
+        ``Start`` returned and calls its ``PublishResources``); one that defines
+        ``use_update_request_metadata(update)`` gets ``Driver.update_request_metadata``."""
         hook = getattr(self._backend, "use_publish", None)
         if callable(hook):
             hook(self.publish)
+        update_hook = getattr(self._backend, "use_update_request_metadata", None)
+        if callable(update_hook):
+            update_hook(self.update_request_metadata)
 
     def publish(self) -> bool:
         """Re-read the backend's devices and publish them soon (call after a device
@@ -317,6 +321,14 @@ def run(
     Optionally, ``use_publish(publish)``: called once the driver serves, with a function
     to call whenever the backend's devices change (a hot-plugged or retired device); it
     re-reads ``devices()`` and publishes soon, without waiting for the periodic resync.
+    Optionally, ``use_update_request_metadata(update)``: called once the driver serves,
+    with ``Driver.update_request_metadata`` (an ``async`` function of the claim's
+    ``ClaimRef``, a request name and device name -> ``DeviceMetadata``), for a driver that
+    learns a device's metadata only after prepare, such as a pod's IP address: the
+    request's metadata file is rewritten atomically and its generation bumped.
+
+    ``health()`` may raise ``HealthNotSupported``: the driver then advertises no health
+    service, and each kubelet release leaves it alone without logging errors.
 
     A v1 ``dralet.DeviceBackend`` (async ``prepare(claim, device)`` and ``release(claim,
     device, state)`` per device, ``devices_in_use`` device -> one UID) still works:
