@@ -92,3 +92,13 @@ def test_every_rule_has_why_fix_and_examples() -> None:
 )
 def test_a_finding_names_its_field_as_the_api_server_does(path: Path, field: str) -> None:
     assert field_path(path) == field
+
+
+@pytest.mark.parametrize("value", ["null", "H100", "[H100]", "{string: H100, int: 1}"])
+def test_an_attribute_that_is_not_one_value_is_refused_beside_any_selector(value: str) -> None:
+    """A slice attribute that is null, a string, a list or two values at once gets its
+    own diagnostic, and the selectors are matched without it (no crash, no silence)."""
+    slice_text = SLICE.replace("{model: {string: H100}}", f"{{model: {value}}}")
+    report = _run(slice_text, CLAIM)
+    on_slice = [(d.line, d.rule) for d in report.diagnostics if d.file == "f0.yaml"]
+    assert on_slice == [(9, "DRA004" if value in {"H100", "[H100]"} else "DRA014")]

@@ -61,11 +61,19 @@ def published_devices(data: dict[str, Any], *, shape: ApiShape) -> list[Publishe
                 driver,
                 pool_name,
                 str(device.get("name", "")),
-                attributes if isinstance(attributes, dict) else {},
-                capacity if isinstance(capacity, dict) else {},
+                _mappings_only(attributes),
+                _mappings_only(capacity),
             )
         )
     return out
+
+
+def _mappings_only(values: Any) -> dict[str, Any]:
+    """The entries of an attribute or capacity map whose value is an object: any other
+    value is refused by the schema, and selectors see such an entry as absent."""
+    if not isinstance(values, dict):
+        return {}
+    return {name: value for name, value in values.items() if isinstance(value, dict)}
 
 
 def _node_choice(holder: dict[str, Any], fields: tuple[str, ...]) -> list[str]:
@@ -308,6 +316,8 @@ def _values_findings(fields: dict[str, Any], *, path: Path, shape: ApiShape) -> 
     for name, value in attributes.items():
         where = (*path, "attributes", name)
         yield from _qualified_name_findings(name, where, "attribute")
+        if value is None:
+            value = {}  # the API server decodes a null attribute to one with no value
         if isinstance(value, dict):
             yield from _attribute_value_findings(
                 name, value, where, lists=lists, gated=shape.list_attribute_fields
