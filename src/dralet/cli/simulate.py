@@ -21,7 +21,7 @@ import yaml
 
 from dralet import releases, yamltext
 from dralet.allocation import allocator, manifests, model, simulation
-from dralet.allocation.features import Features, UnknownGateError
+from dralet.allocation.features import Features, GateError
 from dralet.cli import exits, options
 from dralet.kube import access
 
@@ -101,7 +101,7 @@ def _settings(
     major, minor = (int(part) for part in kubernetes_version.split("."))
     try:
         features = Features.for_release(kubernetes_version).with_gates(gates)
-    except UnknownGateError as error:
+    except GateError as error:
         raise BadInput(f"--feature-gate: {error}") from None
     return simulation.SimulationSettings(
         allocator=allocator.AllocatorSettings(
@@ -300,7 +300,7 @@ def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
     show_default=True,
     help="Scheduler behaviour to mimic (default: the newest supported; 1.33+: an All "
     "request must match a device; 1.36+: shared counters, device taints, consumable "
-    "capacity and binding conditions).",
+    "capacity and binding conditions; 1.38: all of these but consumable capacity locked on).",
 )
 @click.option("--debug", is_flag=True, help="Show a traceback for an unexpected error.")
 @click.option(

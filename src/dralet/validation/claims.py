@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dralet import kubenames
-from dralet.validation import expressions, limits, opaque
+from dralet.validation import expressions, formats, limits, opaque
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.targets import ApiShape
 
@@ -213,6 +213,27 @@ def _device_request_findings(
             "tolerations", len(tolerations), limits.TOLERATIONS_PER_REQUEST, (*path, "tolerations")
         )
     yield from _mode_and_count_findings(request, path=path)
+    if shape.capacity_request_names:
+        yield from _capacity_request_findings(request.get("capacity"), shape=shape, path=path)
+
+
+def _capacity_request_findings(capacity: Any, *, shape: ApiShape, path: Path) -> Iterator[Finding]:
+    """The names a request asks capacity of: short (``memory``) or qualified with the
+    driver's domain (``gpu.example.com/memory``), both of which the allocator matches."""
+    requests = capacity.get("requests") if isinstance(capacity, dict) else None
+    if not isinstance(requests, dict):
+        return
+    for name in requests:
+        if not isinstance(name, str):
+            continue
+        problem = formats.qualified_name_problem(name, one_slash=shape.one_slash_names)
+        if problem is not None:
+            yield Finding(
+                "DRA012",
+                (*path, "capacity", "requests", name),
+                f"capacity name {name!r}: {problem}",
+                Anchor.KEY,
+            )
 
 
 def _mode_and_count_findings(request: dict[str, Any], *, path: Path) -> Iterator[Finding]:
@@ -290,6 +311,8 @@ def _constraint_findings(
         for field in present:
             value = constraint[field]
             if isinstance(value, str):
-                problem = kubenames.qualified_name_problem(value, require_domain=True)
+                problem = formats.qualified_name_problem(
+                    value, one_slash=shape.one_slash_names, require_domain=True
+                )
                 if problem is not None:
                     yield Finding("DRA012", (*where, field), f"{field} {value!r}: {problem}")
