@@ -26,7 +26,16 @@ from dralet.validation import structure
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.structure import SchemaError, Validator
 
-__all__ = ["RULE", "dotted", "schema_findings", "schema_release", "validator_for"]
+__all__ = [
+    "RULE",
+    "built_in_group",
+    "dotted",
+    "kinds",
+    "schema_findings",
+    "schema_release",
+    "served_versions",
+    "validator_for",
+]
 
 RULE = "DRA004"
 _SCHEMA_PACKAGE = "kubernetes_validate"
@@ -119,6 +128,35 @@ def validator_for(kubernetes_version: str, api_version: str, kind: str) -> Valid
     ):
         return None
     return Validator(schema, definitions=_definitions(kubernetes_version))
+
+
+@functools.cache
+def _group_versions(kubernetes_version: str) -> dict[str, dict[str, tuple[str, ...]]]:
+    """group -> kind -> the versions of that group serving the kind, from the release's
+    definitions (the core group is "")."""
+    found: dict[str, dict[str, list[str]]] = {}
+    for definition in _definitions(kubernetes_version).values():
+        for gvk in definition.get("x-kubernetes-group-version-kind", []):
+            kinds = found.setdefault(str(gvk.get("group", "")), {})
+            versions = kinds.setdefault(str(gvk.get("kind", "")), [])
+            if gvk.get("version") not in versions:
+                versions.append(str(gvk.get("version")))
+    return {g: {k: tuple(v) for k, v in kinds.items()} for g, kinds in found.items()}
+
+
+def built_in_group(kubernetes_version: str, group: str) -> bool:
+    """Whether ``group`` is one of the release's built-in API groups."""
+    return group in _group_versions(kubernetes_version)
+
+
+def kinds(kubernetes_version: str, group: str) -> tuple[str, ...]:
+    """The kinds a built-in ``group`` has in the release."""
+    return tuple(_group_versions(kubernetes_version).get(group, {}))
+
+
+def served_versions(kubernetes_version: str, group: str, kind: str) -> tuple[str, ...]:
+    """The versions of a built-in ``group`` that have ``kind`` (none: no such kind)."""
+    return _group_versions(kubernetes_version).get(group, {}).get(kind, ())
 
 
 def dotted(path: Path) -> str:
