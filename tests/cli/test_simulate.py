@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -314,3 +315,104 @@ def test_partitions_taints_shares_and_binding_per_release(
         table = simulate("-k", release, str(path))[1]
         assert "shared: a share (memory 3221225472)" in table
         assert "waits for binding conditions example.com/Attached" in table
+
+
+SHARED_GPU = """\
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu}
+spec: {}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: shared}
+spec:
+  driver: gpu.example.com
+  nodeName: node-a
+  pool: {name: node-a, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: shared
+    allowMultipleAllocations: true
+    capacity:
+      memory: {value: 8Gi}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: c, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: part
+      exactly: {deviceClassName: gpu, capacity: {requests: {REQUESTS}}}
+"""
+
+
+def _claim_result(tmp_path: Path, text: str, *args: str) -> dict[str, Any]:
+    path = tmp_path / "state.yaml"
+    path.write_text(text)
+    code, out, err = simulate(*args, "-o", "json", str(path))
+    assert code in (0, 1), err
+    (claim,) = json.loads(out)["claims"]
+    return dict(claim)
+
+
+@pytest.mark.parametrize("name", ["memory", "gpu.example.com/memory"])
+def test_from_1_38_a_capacity_request_may_name_the_capacity_with_the_drivers_domain(
+    tmp_path: Path, name: str
+) -> None:
+    text = SHARED_GPU.replace("REQUESTS", f"{name}: 3Gi")
+    claim = _claim_result(tmp_path, text, "-k", "1.38")
+    assert claim["status"] == "allocated"
+    (result,) = claim["allocation"]["devices"]["results"]
+    assert result["consumedCapacity"] == {"memory": str(3 * 2**30)}  # as the slice spells it
+    before = _claim_result(tmp_path, text, "-k", "1.37", "--explain")
+    assert before["status"] == ("allocated" if name == "memory" else "unschedulable")
+
+
+def test_a_capacity_requested_both_short_and_qualified_does_not_fit(tmp_path: Path) -> None:
+    text = SHARED_GPU.replace("REQUESTS", "memory: 1Gi, gpu.example.com/memory: 2Gi")
+    claim = _claim_result(tmp_path, text, "-k", "1.38", "--explain")
+    assert claim["status"] == "unschedulable"
+    (node,) = claim["explain"]
+    (rejection,) = node["rejected"]
+    assert "requested both as memory and as gpu.example.com/memory" in rejection["reason"]
+
+
+TAINT_RULE = """\
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {name: maintenance}
+spec:
+SELECTOR  taint: {key: example.com/maintenance, effect: NoSchedule}
+"""
+
+
+@pytest.mark.parametrize(
+    ("selector", "status"),
+    [("", "allocated"), ("  deviceSelector: {}\n", "unschedulable")],
+)
+def test_at_1_38_a_taint_rule_without_selector_taints_nothing_and_an_empty_one_everything(
+    tmp_path: Path, selector: str, status: str
+) -> None:
+    text = SHARED_GPU.replace("REQUESTS", "memory: 1Gi") + TAINT_RULE.replace("SELECTOR", selector)
+    assert _claim_result(tmp_path, text, "-k", "1.38")["status"] == status
+
+
+def test_1_38_locks_the_ga_dra_gates(tmp_path: Path) -> None:
+    path = tmp_path / "state.yaml"
+    path.write_text(SHARED_GPU.replace("REQUESTS", "memory: 1Gi"))
+    gate = ("--feature-gate", "DRADeviceTaints=false")
+    code, _, err = simulate("-k", "1.38", *gate, str(path))
+    assert code == 2
+    assert "DRADeviceTaints is locked to true" in err
+    assert simulate("-k", "1.37", *gate, str(path))[0] == 0
+    assert simulate("-k", "1.38", "--feature-gate", "DRAConsumableCapacity=false", str(path))[
+        0
+    ] in (0, 1)
+
+
+def test_1_38_is_the_default_release() -> None:
+    code, out, _ = simulate("--help")
+    assert code == 0
+    assert "[default: 1.38]" in out

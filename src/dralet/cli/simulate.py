@@ -35,6 +35,8 @@ TABLE_WIDTH = 96
 INDENT = "  "
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 FIRST_VERSION_ALL_NEEDS_A_DEVICE = (1, 33)
+FIRST_VERSION_QUALIFIED_CAPACITY_NAMES = (1, 38)
+"""A capacity request may name the capacity with the driver's domain (#142202)."""
 SUPPORTED_KUBERNETES_VERSIONS = releases.KUBERNETES_RELEASES
 """Every release dralet knows: the scheduler's behaviour per release is in
 ``dralet.allocation.features`` and the settings below."""
@@ -108,6 +110,7 @@ def _settings(
             admin_access_enabled=admin_access,
             all_mode_needs_a_device=(major, minor) >= FIRST_VERSION_ALL_NEEDS_A_DEVICE,
             features=features,
+            qualified_capacity_names=(major, minor) >= FIRST_VERSION_QUALIFIED_CAPACITY_NAMES,
         )
     )
 
