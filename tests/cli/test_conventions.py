@@ -216,7 +216,7 @@ def test_one_default_kubernetes_version_the_newest_each_command_supports(name: s
 
 def test_commands_that_play_a_cluster_default_to_the_current_release() -> None:
     current = releases.KUBERNETES_RELEASES[-1]
-    assert current == "1.37"
+    assert current == "1.38"
     for name in ("demo", "conformance"):
         [option] = [p for p in command(name).params if "--kubernetes-version" in p.opts]
         assert option.default == current, name
