@@ -416,3 +416,65 @@ def test_1_38_is_the_default_release() -> None:
     code, out, _ = simulate("--help")
     assert code == 0
     assert "[default: 1.38]" in out
+
+
+ALLOCATED_ON_TAINTED = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: s}
+spec:
+  driver: gpu.example.com
+  nodeName: node-a
+  pool: {name: node-a, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: gpu-0
+    taints: [{key: example.com/broken, effect: NoExecute}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: c, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu}
+status:
+  allocation:
+    devices:
+      results:
+      - request: gpu
+        driver: gpu.example.com
+        pool: node-a
+        device: gpu-0
+        tolerations: [TOLERATION]
+"""
+
+
+@pytest.mark.parametrize(
+    ("toleration", "evicted_at"),
+    [
+        ("{operator: Exists}", {"1.37": True, "1.38": False}),
+        ("{operator: Exists, effect: NoExecute}", {"1.37": False, "1.38": False}),
+        ("{operator: Exists, effect: NoSchedule}", {"1.37": True, "1.38": True}),
+        ("{key: other, operator: Exists}", {"1.37": True, "1.38": True}),
+    ],
+)
+def test_an_empty_effect_toleration_protects_from_eviction_from_1_38(
+    tmp_path: Path, toleration: str, evicted_at: dict[str, bool]
+) -> None:
+    text = ALLOCATED_ON_TAINTED.replace("TOLERATION", toleration)
+    for release, evicted in evicted_at.items():
+        claim = _claim_result(tmp_path, text, "-k", release)
+        assert claim["status"] == "already-allocated"
+        assert ("eviction" in claim) == evicted, release
+        if evicted:
+            assert "example.com/broken:NoExecute" in claim["eviction"]
+
+
+def test_toleration_seconds_only_delay_the_eviction(tmp_path: Path) -> None:
+    toleration = "{operator: Exists, effect: NoExecute, tolerationSeconds: 300}"
+    text = ALLOCATED_ON_TAINTED.replace("TOLERATION", toleration)
+    claim = _claim_result(tmp_path, text, "-k", "1.38")
+    assert claim["eviction"].startswith("its pods are evicted after 300s: device ")
+    path = tmp_path / "state.yaml"
+    assert "eviction: its pods are evicted after 300s" in simulate("-k", "1.38", str(path))[1]

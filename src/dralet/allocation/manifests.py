@@ -440,6 +440,7 @@ def _allocation(raw: Any, path: str) -> model.AllocationResult | None:
                         entry.get("consumedCapacity"), f"{where}.consumedCapacity"
                     ).items()
                 },
+                tolerations=_tolerations(entry.get("tolerations"), f"{where}.tolerations"),
             )
         )
     return model.AllocationResult(
