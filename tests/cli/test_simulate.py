@@ -478,3 +478,21 @@ def test_toleration_seconds_only_delay_the_eviction(tmp_path: Path) -> None:
     assert claim["eviction"].startswith("its pods are evicted after 300s: device ")
     path = tmp_path / "state.yaml"
     assert "eviction: its pods are evicted after 300s" in simulate("-k", "1.38", str(path))[1]
+
+
+@pytest.mark.parametrize("value", ["null", "H100", "[H100]"])
+def test_an_attribute_that_is_not_an_object_is_bad_input_not_a_crash(
+    tmp_path: Path, value: str
+) -> None:
+    text = SHARED_GPU.replace("REQUESTS", "memory: 1Gi").replace(
+        "    allowMultipleAllocations: true\n",
+        f"    allowMultipleAllocations: true\n    attributes: {{model: {value}}}\n",
+    )
+    path = tmp_path / "state.yaml"
+    path.write_text(text)
+    code, _, err = simulate(str(path))
+    assert code == 2
+    assert err == (
+        "error: ResourceSlice shared: devices[0].attributes[model]: must be an object with "
+        "one value (int, bool, string or version)\n"
+    )
