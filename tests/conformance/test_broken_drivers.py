@@ -175,7 +175,7 @@ async def test_default_kubelets_are_those_the_driver_advertises(
         result = await _suite(driver, api, kubelet_versions=(), restart=None)
     finally:
         await driver.stop()
-    assert [k for k, _ in result.services] == ["1.34", "1.35", "1.36", "1.37"]
+    assert [k for k, _ in result.services] == ["1.34", "1.35", "1.36", "1.37", "1.38"]
 
 
 async def test_devices_come_from_the_published_slice(api: ApiServer, tmp_path: Path) -> None:
