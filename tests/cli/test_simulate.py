@@ -378,25 +378,24 @@ def test_a_capacity_requested_both_short_and_qualified_does_not_fit(tmp_path: Pa
     assert "requested both as memory and as gpu.example.com/memory" in rejection["reason"]
 
 
-TAINT_RULE = """\
----
-apiVersion: resource.k8s.io/v1
-kind: DeviceTaintRule
-metadata: {name: maintenance}
-spec:
-SELECTOR  taint: {key: example.com/maintenance, effect: NoSchedule}
-"""
-
-
 @pytest.mark.parametrize(
-    ("selector", "status"),
-    [("", "allocated"), ("  deviceSelector: {}\n", "unschedulable")],
+    ("fixture", "status"),
+    [
+        ("taint-rule-without-selector.yaml", "allocated"),
+        ("taint-rule-empty-selector.yaml", "unschedulable"),
+    ],
 )
 def test_at_1_38_a_taint_rule_without_selector_taints_nothing_and_an_empty_one_everything(
-    tmp_path: Path, selector: str, status: str
+    tmp_path: Path, fixture: str, status: str
 ) -> None:
-    text = SHARED_GPU.replace("REQUESTS", "memory: 1Gi") + TAINT_RULE.replace("SELECTOR", selector)
+    text = (FIXTURES / fixture).read_text()
     assert _claim_result(tmp_path, text, "-k", "1.38")["status"] == status
+
+
+def test_the_qualified_capacity_name_fixture_fits_from_1_38_only(tmp_path: Path) -> None:
+    text = (FIXTURES / "k138-capacity-qualified-name.yaml").read_text()
+    assert _claim_result(tmp_path, text, "-k", "1.38")["status"] == "allocated"
+    assert _claim_result(tmp_path, text, "-k", "1.37")["status"] == "unschedulable"
 
 
 def test_1_38_locks_the_ga_dra_gates(tmp_path: Path) -> None:
