@@ -1,9 +1,10 @@
 """The Kubernetes releases dralet knows, and the one rule for a default version: every
 command defaults to the newest release it supports.
 
-1.32 is the floor (resource.k8s.io v1beta1, kubelet DRA gRPC v1beta1); 1.37 is the
-current release. A command that supports fewer (``dralet validate`` needs its rules for
-each release) names its own subset and still takes its default from ``newest``.
+1.32 is the floor (resource.k8s.io v1beta1, kubelet DRA gRPC v1beta1); 1.38 is the
+newest (released 2026-12-16; its rules are read from k8s.io/kubernetes v1.38.0-beta.0).
+A command that supports fewer (``dralet validate`` needs its rules for each release)
+names its own subset and still takes its default from ``newest``.
 """
 
 from __future__ import annotations

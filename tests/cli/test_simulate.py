@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -314,3 +315,183 @@ def test_partitions_taints_shares_and_binding_per_release(
         table = simulate("-k", release, str(path))[1]
         assert "shared: a share (memory 3221225472)" in table
         assert "waits for binding conditions example.com/Attached" in table
+
+
+SHARED_GPU = """\
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu}
+spec: {}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: shared}
+spec:
+  driver: gpu.example.com
+  nodeName: node-a
+  pool: {name: node-a, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: shared
+    allowMultipleAllocations: true
+    capacity:
+      memory: {value: 8Gi}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: c, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: part
+      exactly: {deviceClassName: gpu, capacity: {requests: {REQUESTS}}}
+"""
+
+
+def _claim_result(tmp_path: Path, text: str, *args: str) -> dict[str, Any]:
+    path = tmp_path / "state.yaml"
+    path.write_text(text)
+    code, out, err = simulate(*args, "-o", "json", str(path))
+    assert code in (0, 1), err
+    (claim,) = json.loads(out)["claims"]
+    return dict(claim)
+
+
+@pytest.mark.parametrize("name", ["memory", "gpu.example.com/memory"])
+def test_from_1_38_a_capacity_request_may_name_the_capacity_with_the_drivers_domain(
+    tmp_path: Path, name: str
+) -> None:
+    text = SHARED_GPU.replace("REQUESTS", f"{name}: 3Gi")
+    claim = _claim_result(tmp_path, text, "-k", "1.38")
+    assert claim["status"] == "allocated"
+    (result,) = claim["allocation"]["devices"]["results"]
+    assert result["consumedCapacity"] == {"memory": str(3 * 2**30)}  # as the slice spells it
+    before = _claim_result(tmp_path, text, "-k", "1.37", "--explain")
+    assert before["status"] == ("allocated" if name == "memory" else "unschedulable")
+
+
+def test_a_capacity_requested_both_short_and_qualified_does_not_fit(tmp_path: Path) -> None:
+    text = SHARED_GPU.replace("REQUESTS", "memory: 1Gi, gpu.example.com/memory: 2Gi")
+    claim = _claim_result(tmp_path, text, "-k", "1.38", "--explain")
+    assert claim["status"] == "unschedulable"
+    (node,) = claim["explain"]
+    (rejection,) = node["rejected"]
+    assert "requested both as memory and as gpu.example.com/memory" in rejection["reason"]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "status"),
+    [
+        ("taint-rule-without-selector.yaml", "allocated"),
+        ("taint-rule-empty-selector.yaml", "unschedulable"),
+    ],
+)
+def test_at_1_38_a_taint_rule_without_selector_taints_nothing_and_an_empty_one_everything(
+    tmp_path: Path, fixture: str, status: str
+) -> None:
+    text = (FIXTURES / fixture).read_text()
+    assert _claim_result(tmp_path, text, "-k", "1.38")["status"] == status
+
+
+def test_the_qualified_capacity_name_fixture_fits_from_1_38_only(tmp_path: Path) -> None:
+    text = (FIXTURES / "k138-capacity-qualified-name.yaml").read_text()
+    assert _claim_result(tmp_path, text, "-k", "1.38")["status"] == "allocated"
+    assert _claim_result(tmp_path, text, "-k", "1.37")["status"] == "unschedulable"
+
+
+def test_1_38_locks_the_ga_dra_gates(tmp_path: Path) -> None:
+    path = tmp_path / "state.yaml"
+    path.write_text(SHARED_GPU.replace("REQUESTS", "memory: 1Gi"))
+    gate = ("--feature-gate", "DRADeviceTaints=false")
+    code, _, err = simulate("-k", "1.38", *gate, str(path))
+    assert code == 2
+    assert "DRADeviceTaints is locked to true" in err
+    assert simulate("-k", "1.37", *gate, str(path))[0] == 0
+    assert simulate("-k", "1.38", "--feature-gate", "DRAConsumableCapacity=false", str(path))[
+        0
+    ] in (0, 1)
+
+
+def test_1_38_is_the_default_release() -> None:
+    code, out, _ = simulate("--help")
+    assert code == 0
+    assert "[default: 1.38]" in out
+
+
+ALLOCATED_ON_TAINTED = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: s}
+spec:
+  driver: gpu.example.com
+  nodeName: node-a
+  pool: {name: node-a, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: gpu-0
+    taints: [{key: example.com/broken, effect: NoExecute}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: c, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu}
+status:
+  allocation:
+    devices:
+      results:
+      - request: gpu
+        driver: gpu.example.com
+        pool: node-a
+        device: gpu-0
+        tolerations: [TOLERATION]
+"""
+
+
+@pytest.mark.parametrize(
+    ("toleration", "evicted_at"),
+    [
+        ("{operator: Exists}", {"1.37": True, "1.38": False}),
+        ("{operator: Exists, effect: NoExecute}", {"1.37": False, "1.38": False}),
+        ("{operator: Exists, effect: NoSchedule}", {"1.37": True, "1.38": True}),
+        ("{key: other, operator: Exists}", {"1.37": True, "1.38": True}),
+    ],
+)
+def test_an_empty_effect_toleration_protects_from_eviction_from_1_38(
+    tmp_path: Path, toleration: str, evicted_at: dict[str, bool]
+) -> None:
+    text = ALLOCATED_ON_TAINTED.replace("TOLERATION", toleration)
+    for release, evicted in evicted_at.items():
+        claim = _claim_result(tmp_path, text, "-k", release)
+        assert claim["status"] == "already-allocated"
+        assert ("eviction" in claim) == evicted, release
+        if evicted:
+            assert "example.com/broken:NoExecute" in claim["eviction"]
+
+
+def test_toleration_seconds_only_delay_the_eviction(tmp_path: Path) -> None:
+    toleration = "{operator: Exists, effect: NoExecute, tolerationSeconds: 300}"
+    text = ALLOCATED_ON_TAINTED.replace("TOLERATION", toleration)
+    claim = _claim_result(tmp_path, text, "-k", "1.38")
+    assert claim["eviction"].startswith("its pods are evicted after 300s: device ")
+    path = tmp_path / "state.yaml"
+    assert "eviction: its pods are evicted after 300s" in simulate("-k", "1.38", str(path))[1]
+
+
+@pytest.mark.parametrize("value", ["null", "H100", "[H100]"])
+def test_an_attribute_that_is_not_an_object_is_bad_input_not_a_crash(
+    tmp_path: Path, value: str
+) -> None:
+    text = SHARED_GPU.replace("REQUESTS", "memory: 1Gi").replace(
+        "    allowMultipleAllocations: true\n",
+        f"    allowMultipleAllocations: true\n    attributes: {{model: {value}}}\n",
+    )
+    path = tmp_path / "state.yaml"
+    path.write_text(text)
+    code, _, err = simulate(str(path))
+    assert code == 2
+    assert err == (
+        "error: ResourceSlice shared: devices[0].attributes[model]: must be an object with "
+        "one value (int, bool, string or version)\n"
+    )

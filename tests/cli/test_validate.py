@@ -89,7 +89,7 @@ def test_json_output_lists_every_diagnostic_with_its_fix() -> None:
     assert json.loads(output) == [
         {
             "file": str(manifest),
-            "line": 12,
+            "line": 13,
             "column": 25,
             "field": "spec.spec.devices.requests[0].allocationMode",
             "id": "DRA010",
@@ -108,7 +108,7 @@ def test_stdin_is_read_for_a_dash() -> None:
     code, output = _run("-k", "1.34", "-", stdin=text)
     assert code == ERROR_EXIT
     assert output.splitlines()[0] == (
-        "<stdin>:10:14: DRA011 error count -1: must be greater than zero"
+        "<stdin>:11:14: DRA011 error count -1: must be greater than zero"
     )
 
 
@@ -125,9 +125,9 @@ def test_a_directory_is_walked_and_sorted_by_file(tmp_path: Path) -> None:
 
 
 def test_warnings_fail_only_with_strict() -> None:
-    manifest = str(MANIFESTS / "lint-dra104-shared-claim.yaml")
-    assert _run(manifest)[0] == 0
-    assert _run("--strict", manifest)[0] == ERROR_EXIT
+    manifest = MANIFESTS / "lint-dra104-shared-claim.yaml"
+    assert _run(*_args(manifest), str(manifest))[0] == 0
+    assert _run(*_args(manifest), "--strict", str(manifest))[0] == ERROR_EXIT
 
 
 def test_kubernetes_version_selects_the_served_api() -> None:
@@ -143,7 +143,6 @@ def test_deprecated_and_removed_versions_follow_the_release() -> None:
     assert Target("1.34").deprecation(v1beta1) is None
     assert "deprecated since Kubernetes 1.35" in (Target("1.37").deprecation(v1beta1) or "")
     assert Target("1.37").deprecation("resource.k8s.io/v1") is None
-    # Ready for 1.38: the table already stops serving v1beta1 there.
     assert Target("1.38").served_resource_versions == ("v1beta2", "v1")
     assert "removed in Kubernetes 1.38" in Target("1.38").unserved_reason(v1beta1)
     assert Target("1.39").served_resource_versions == ("v1",)
@@ -153,7 +152,7 @@ def test_default_target_is_the_newest_supported_release_and_help_says_so() -> No
     assert _run(str(MANIFESTS / "valid-v1-k134.yaml"))[0] == 0
     code, output = _run("--help")
     assert code == 0
-    assert "[default: 1.37]" in output
+    assert "[default: 1.38]" in output
     assert "Exit status:" in output and "1   findings: errors in the manifests" in output
 
 

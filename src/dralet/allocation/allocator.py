@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
@@ -72,6 +72,8 @@ class AllocatorSettings:
     """Remember whether a device passes a class's and request's selectors across calls."""
     features: Features = field(default_factory=Features)
     """The DRA feature gates of the simulated release (all off: 1.35 and older)."""
+    qualified_capacity_names: bool = False
+    """Capacity requests may name a capacity with or without the driver's domain (1.38)."""
 
 
 @dataclass(frozen=True)
@@ -669,7 +671,21 @@ class _Search:
         if not self.features.consumable_capacity:
             return None
         given = {} if static else self._given(candidate.device_id)
-        return capacity.shortfall(candidate.device, alternative.sub.capacity_requests, given=given)
+        try:
+            requests = self._capacity_requests(alternative, candidate)
+        except capacity.CapacityNameError as error:
+            return str(error)
+        return capacity.shortfall(candidate.device, requests, given=given)
+
+    def _capacity_requests(
+        self, alternative: _Alternative, candidate: pools.Candidate
+    ) -> Mapping[str, Fraction]:
+        """The request's capacity amounts under the names the device publishes."""
+        requests = alternative.sub.capacity_requests
+        if not self.allocator.settings.qualified_capacity_names:
+            return requests
+        driver = candidate.device_id.driver
+        return capacity.resolve_names(candidate.device, requests, driver=driver)
 
     def _reject(
         self,
@@ -827,7 +843,8 @@ class _Search:
         consumed: dict[str, Fraction] | None = None
         share_id = None
         if multiple:
-            consumed = capacity.consumption(candidate.device, alternative.sub.capacity_requests)
+            requests = self._capacity_requests(alternative, candidate)
+            consumed = capacity.consumption(candidate.device, requests)
             shares = self.sharing.setdefault(candidate.device_id, [])
             shares.append(consumed)
             # The scheduler makes a random UID; a dry run names the share repeatably.

@@ -10,6 +10,14 @@ capacity the device lacks, lands off the policy (above the range's maximum, betw
 steps, not a valid value, unless it equals the default), or would take the device past
 its value, does not fit. Values are exact fractions, so fractional ranges need no
 separate milli-unit path.
+
+Names: the 1.37 scheduler matches a requested capacity name to the device's exactly as
+spelled; from 1.38 both sides are read with the driver's name as the default domain, so
+``memory`` and ``gpu.example.com/memory`` name the same capacity of a gpu.example.com
+device however the slice spells it, and a request naming it both ways is an error
+(kubernetes/kubernetes#142202; k8s.io/dynamic-resource-allocation v0.38.0-beta.0
+structured/internal/incubating/consumable_capacity.go resolveCapacityRequests, and
+capacityNameForStatus: the allocation records the name as the slice spells it).
 """
 
 from __future__ import annotations
@@ -20,7 +28,34 @@ from fractions import Fraction
 
 from dralet.allocation import model, quantity
 
-__all__ = ["consumption", "shortfall"]
+__all__ = ["CapacityNameError", "consumption", "resolve_names", "shortfall"]
+
+
+class CapacityNameError(ValueError):
+    """A request names one capacity twice, qualified and unqualified."""
+
+
+def _qualified(name: str, driver: str) -> str:
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def resolve_names(
+    device: model.Device, requests: Mapping[str, Fraction], *, driver: str
+) -> dict[str, Fraction]:
+    """``requests`` keyed as ``device`` spells its capacities, each name read with
+    ``driver`` as its default domain (1.38); a name the device lacks stays as it is."""
+    published = {_qualified(name, driver): name for name in device.capacity_values}
+    resolved: dict[str, Fraction] = {}
+    spelled: dict[str, str] = {}
+    for name, amount in requests.items():
+        key = published.get(_qualified(name, driver), name)
+        if key in spelled:
+            raise CapacityNameError(
+                f"capacity {key}: requested both as {spelled[key]} and as {name}"
+            )
+        spelled[key] = name
+        resolved[key] = amount
+    return resolved
 
 
 def _consumed(

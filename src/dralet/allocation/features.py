@@ -8,14 +8,21 @@ k8s.io/kubernetes v1.37.2 pkg/features/kube_features.go — DRAPartitionableDevi
 and on 1.37), DRAListTypeAttributes (alpha and off in 1.36 and 1.37). Alpha gates are off
 by default, so a dry run for 1.35 or older behaves as if these features did not exist; a
 gate a cluster sets differently is given with ``with_gates``.
+
+1.38 (k8s.io/kubernetes v1.38.0-beta.0 pkg/features/kube_features.go): DRAPartitionableDevices,
+DRADeviceBindingConditions, DRADeviceTaints and DRADeviceTaintRules are GA and locked on
+(a component refuses to start with one of them set to false); DRAConsumableCapacity is GA
+but not locked (locks in 1.39); DRAListTypeAttributes stays alpha; the
+DynamicResourceAllocation gate is removed (DRA is always on), so it is no gate here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
-__all__ = ["GATES", "Features", "UnknownGateError"]
+__all__ = ["GATES", "Features", "GateError", "LockedGateError", "UnknownGateError"]
 
 _ON_FROM = {
     "partitionable_devices": 36,
@@ -25,6 +32,14 @@ _ON_FROM = {
     "device_taint_rules": 37,
 }
 """Minor release from which a gate is on by default; a gate not here is off in every release."""
+
+_LOCKED_FROM = {
+    "partitionable_devices": 38,
+    "device_taints": 38,
+    "binding_conditions": 38,
+    "device_taint_rules": 38,
+}
+"""Minor release from which a gate is locked to its default (GA, LockToDefault)."""
 
 GATES = {
     "DRAPartitionableDevices": "partitionable_devices",
@@ -37,8 +52,16 @@ GATES = {
 """Upstream gate name -> field of ``Features``."""
 
 
-class UnknownGateError(ValueError):
+class GateError(ValueError):
+    """A feature gate setting the simulated scheduler cannot take."""
+
+
+class UnknownGateError(GateError):
     """A feature gate the simulated scheduler does not know."""
+
+
+class LockedGateError(GateError):
+    """A feature gate set against the default its release locks it to."""
 
 
 @dataclass(frozen=True)
@@ -58,17 +81,23 @@ class Features:
     list_type_attributes: bool = False
     """Attributes may hold lists: ``includes()`` in CEL, set semantics in matchAttribute
     (a common element) and distinctAttribute (pairwise disjoint)."""
+    locked: frozenset[str] = frozenset()
+    """Fields whose gate the release locks to its default: ``with_gates`` refuses to
+    change them, as kube-scheduler refuses to start."""
 
     @classmethod
     def for_release(cls, kubernetes_version: str) -> Features:
         """The defaults of ``kubernetes_version`` (e.g. ``"1.37"``)."""
         minor = int(kubernetes_version.split(".")[1])
-        return cls(**{name: minor >= since for name, since in _ON_FROM.items()})
+        locked = frozenset(name for name, since in _LOCKED_FROM.items() if minor >= since)
+        defaults: dict[str, Any] = {name: minor >= since for name, since in _ON_FROM.items()}
+        return cls(**defaults, locked=locked)
 
     @classmethod
     def all_on(cls) -> Features:
         """Every gate on by default in the newest release."""
-        return cls(**dict.fromkeys(_ON_FROM, True))
+        on: dict[str, Any] = dict.fromkeys(_ON_FROM, True)
+        return cls(**on)
 
     def with_gates(self, gates: Mapping[str, bool]) -> Features:
         """These features with some gates set explicitly (upstream names, e.g.
@@ -78,4 +107,12 @@ class Features:
             raise UnknownGateError(
                 f"unknown feature gate {unknown[0]} (known: {', '.join(sorted(GATES))})"
             )
-        return replace(self, **{GATES[gate]: on for gate, on in gates.items()})
+        for gate, on in sorted(gates.items()):
+            name = GATES[gate]
+            if name in self.locked and on != getattr(self, name):
+                raise LockedGateError(
+                    f"feature gate {gate} is locked to {str(getattr(self, name)).lower()} "
+                    "in this release and cannot be set"
+                )
+        changed: dict[str, Any] = {GATES[gate]: on for gate, on in gates.items()}
+        return replace(self, **changed)

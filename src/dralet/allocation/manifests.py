@@ -141,6 +141,12 @@ def _device(raw: Any, *, driver: str, nested: bool, path: str) -> model.Device:
     if source is None:
         return model.Device(name=name, attributes={}, capacity={}, view=None)
     attributes = _mapping(source.get("attributes"), f"{path}.attributes")
+    for attribute_name, value in attributes.items():
+        if not isinstance(value, Mapping):
+            raise ManifestError(
+                f"{path}.attributes[{attribute_name}]: must be an object with one value "
+                "(int, bool, string or version)"
+            )
     capacity = _mapping(source.get("capacity"), f"{path}.capacity")
     multiple = bool(source.get("allowMultipleAllocations"))
     view = cel.device_view(
@@ -440,6 +446,7 @@ def _allocation(raw: Any, path: str) -> model.AllocationResult | None:
                         entry.get("consumedCapacity"), f"{where}.consumedCapacity"
                     ).items()
                 },
+                tolerations=_tolerations(entry.get("tolerations"), f"{where}.tolerations"),
             )
         )
     return model.AllocationResult(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from dralet.allocation import allocator, cel, manifests, model, nodes, pools, taintrules
+from dralet.allocation import allocator, cel, eviction, manifests, model, nodes, pools, taintrules
 from dralet.allocation.inuse import InUse
 
 __all__ = [
@@ -44,6 +44,8 @@ class SimulationSettings:
     """The simulated scheduler's own settings."""
     max_explained_nodes: int = 5
     """Nodes whose rejections are kept per claim when explaining a claim that did not fit."""
+    evictions: eviction.EvictionSettings = field(default_factory=eviction.EvictionSettings)
+    """How the device taint eviction controller reads already-allocated claims."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class ClaimOutcome:
     nodes_tried: int = 0
     explanations: tuple[allocator.NodeAllocation, ...] = ()
     """With explain: the chosen node's outcome, or the first nodes tried when none fit."""
+    eviction: str | None = None
+    """An already-allocated claim whose pods NoExecute device taints evict: why."""
 
 
 PodStatus = Literal["scheduled", "unschedulable", "error"]
@@ -129,6 +133,9 @@ class _Run:
         if features.device_taints and features.device_taint_rules:
             slices = taintrules.apply(slices, inputs.taint_rules)
         self.inventory = pools.Inventory(slices, partitionable=features.partitionable_devices)
+        self.devices = {
+            model.DeviceId(s.driver, s.pool, d.name): d for s in slices for d in s.devices
+        }
         self.nodes = _nodes(inputs, self.inventory, node_name)
         self.allocator = allocator.Allocator(
             inputs.classes, engine=engine, settings=settings.allocator
@@ -258,8 +265,16 @@ class _Run:
         if problem is not None:
             return ClaimOutcome(claim=claim, status="error", error=problem)
         if claim.allocation is not None:
+            evicted = None
+            if self.settings.allocator.features.device_taints:
+                evicted = eviction.eviction(
+                    claim.allocation, self.devices, settings=self.settings.evictions
+                )
             return ClaimOutcome(
-                claim=claim, status="already-allocated", allocation=claim.allocation
+                claim=claim,
+                status="already-allocated",
+                allocation=claim.allocation,
+                eviction=evicted,
             )
         explained: list[allocator.NodeAllocation] = []
         quick = _needs_a_free_device(claim)

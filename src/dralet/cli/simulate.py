@@ -20,8 +20,8 @@ import click
 import yaml
 
 from dralet import releases, yamltext
-from dralet.allocation import allocator, manifests, model, simulation
-from dralet.allocation.features import Features, UnknownGateError
+from dralet.allocation import allocator, eviction, manifests, model, simulation
+from dralet.allocation.features import Features, GateError
 from dralet.cli import exits, options
 from dralet.kube import access
 
@@ -35,6 +35,10 @@ TABLE_WIDTH = 96
 INDENT = "  "
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 FIRST_VERSION_ALL_NEEDS_A_DEVICE = (1, 33)
+FIRST_VERSION_QUALIFIED_CAPACITY_NAMES = (1, 38)
+FIRST_VERSION_EMPTY_EFFECT_TOLERATES_NO_EXECUTE = (1, 38)
+"""A toleration with an empty effect protects against NoExecute eviction (#143376)."""
+"""A capacity request may name the capacity with the driver's domain (#142202)."""
 SUPPORTED_KUBERNETES_VERSIONS = releases.KUBERNETES_RELEASES
 """Every release dralet knows: the scheduler's behaviour per release is in
 ``dralet.allocation.features`` and the settings below."""
@@ -101,14 +105,19 @@ def _settings(
     major, minor = (int(part) for part in kubernetes_version.split("."))
     try:
         features = Features.for_release(kubernetes_version).with_gates(gates)
-    except UnknownGateError as error:
+    except GateError as error:
         raise BadInput(f"--feature-gate: {error}") from None
     return simulation.SimulationSettings(
+        evictions=eviction.EvictionSettings(
+            empty_effect_tolerates_no_execute=(major, minor)
+            >= FIRST_VERSION_EMPTY_EFFECT_TOLERATES_NO_EXECUTE
+        ),
         allocator=allocator.AllocatorSettings(
             admin_access_enabled=admin_access,
             all_mode_needs_a_device=(major, minor) >= FIRST_VERSION_ALL_NEEDS_A_DEVICE,
             features=features,
-        )
+            qualified_capacity_names=(major, minor) >= FIRST_VERSION_QUALIFIED_CAPACITY_NAMES,
+        ),
     )
 
 
@@ -138,6 +147,8 @@ def _outcome(outcome: simulation.ClaimOutcome, *, explain: bool) -> dict[str, An
         out["allocation"] = outcome.allocation.to_api()
     if outcome.error is not None:
         out["error"] = outcome.error
+    if outcome.eviction is not None:
+        out["eviction"] = outcome.eviction
     if outcome.status != "already-allocated":
         out["nodesTried"] = outcome.nodes_tried
     if explain:
@@ -229,6 +240,8 @@ def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
         lines.append(f"{outcome.claim.key}: {outcome.status} {where}")
         if outcome.error is not None:
             lines.extend(_wrapped(f"error: {outcome.error}", indent=INDENT))
+        if outcome.eviction is not None:
+            lines.extend(_wrapped(f"eviction: {outcome.eviction}", indent=INDENT))
         if outcome.allocation is not None:
             rows = [("REQUEST", "DRIVER", "POOL", "DEVICE")] + [
                 (
@@ -300,7 +313,7 @@ def _table(report: simulation.SimulationReport, *, explain: bool) -> str:
     show_default=True,
     help="Scheduler behaviour to mimic (default: the newest supported; 1.33+: an All "
     "request must match a device; 1.36+: shared counters, device taints, consumable "
-    "capacity and binding conditions).",
+    "capacity and binding conditions; 1.38: all of these but consumable capacity locked on).",
 )
 @click.option("--debug", is_flag=True, help="Show a traceback for an unexpected error.")
 @click.option(

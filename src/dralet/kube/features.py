@@ -9,7 +9,11 @@ default, or where the operator says the cluster enables it.
 Gates and their default-on release: k8s.io/kubernetes v1.37.2 ``pkg/features/kube_features.go``
 (DRADeviceTaints, DRAPartitionableDevices, DRAConsumableCapacity and
 DRADeviceBindingConditions are alpha, off, from 1.33/1.34 and beta, on, from 1.36;
-DRADeviceTaints is GA in 1.37). Field names: k8s.io/api v0.37.2 ``resource/v1/types.go``.
+DRADeviceTaints is GA in 1.37). In 1.38 (k8s.io/kubernetes v1.38.0-beta.0, same file)
+DRADeviceTaints, DRAPartitionableDevices and DRADeviceBindingConditions are GA and locked
+on: the server serves them whatever the operator's gate setting says; DRAConsumableCapacity
+is GA and not locked. Field names: k8s.io/api v0.37.2 ``resource/v1/types.go`` (no field
+added or removed in v0.38.0-beta.0).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class Feature:
 
     gate: str
     on_by_default_since: tuple[int, int]
+    locked_on_since: tuple[int, int] | None = None
+    """The release from which the gate is locked on (GA, LockToDefault)."""
     device_fields: tuple[str, ...] = ()
     capacity_fields: tuple[str, ...] = ()
     spec_fields: tuple[str, ...] = ()
@@ -45,12 +51,14 @@ FEATURES: tuple[Feature, ...] = (
     Feature(
         gate="DRADeviceTaints",
         on_by_default_since=(1, 36),
+        locked_on_since=(1, 38),
         device_fields=("taints",),
         what="device taints",
     ),
     Feature(
         gate="DRAPartitionableDevices",
         on_by_default_since=(1, 36),
+        locked_on_since=(1, 38),
         device_fields=("consumesCounters",),
         spec_fields=("sharedCounters",),
         what="shared counters (partitionable devices)",
@@ -65,6 +73,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature(
         gate="DRADeviceBindingConditions",
         on_by_default_since=(1, 36),
+        locked_on_since=(1, 38),
         device_fields=("bindsToNode", "bindingConditions", "bindingFailureConditions"),
         what="binding conditions",
     ),
@@ -89,11 +98,15 @@ def served_features(
     server: tuple[int, int] | None, gates: Mapping[str, bool] | None = None
 ) -> frozenset[str]:
     """The gates of ``FEATURES`` the cluster serves: on by default in its release, unless
-    ``gates`` (what the operator says the cluster sets) says otherwise."""
+    ``gates`` (what the operator says the cluster sets) says otherwise, which a gate its
+    release locks on ignores."""
     served = set()
     for feature in FEATURES:
         explicit = (gates or {}).get(feature.gate)
-        if explicit is None:
+        locked = feature.locked_on_since
+        if server is not None and locked is not None and server >= locked:
+            on = True
+        elif explicit is None:
             on = server is not None and server >= feature.on_by_default_since
         else:
             on = explicit

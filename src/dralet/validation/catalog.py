@@ -68,6 +68,33 @@ spec:
     resources:
 {resources}"""
 
+_NAMESPACE = """\
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: gpu-admin
+  labels: {labels}
+"""
+
+_ADMIN_CLAIM = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: debug-gpus, namespace: gpu-admin}
+spec:
+  devices:
+    requests:
+    - name: gpus
+      exactly: {deviceClassName: gpu.example.com, allocationMode: All, adminAccess: true}
+"""
+
+_TAINT_RULE = """\
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {{name: maintenance}}
+spec:
+{selector}  taint: {{key: example.com/maintenance, effect: NoSchedule}}
+"""
+
 _ALL: tuple[Rule, ...] = (
     Rule(
         "DRA001",
@@ -304,6 +331,19 @@ _ALL: tuple[Rule, ...] = (
         "taints:\n- {key: example.com/unhealthy, value: power-supply, effect: NoExecute}\n",
     ),
     Rule(
+        "DRA026",
+        _E,
+        "admin access in a namespace without the admin-access label",
+        "Admission refuses a ResourceClaim or ResourceClaimTemplate that asks for adminAccess "
+        'unless its namespace carries resource.kubernetes.io/admin-access: "true"; the '
+        "Namespace is in the checked files without that label.",
+        "Label the namespace (only namespaces for cluster administrators), or drop adminAccess.",
+        _NAMESPACE.format(labels="{}") + "---\n" + _ADMIN_CLAIM,
+        _NAMESPACE.format(labels="{resource.kubernetes.io/admin-access: 'true'}")
+        + "---\n"
+        + _ADMIN_CLAIM,
+    ),
+    Rule(
         "DRA101",
         _W,
         "legacy extended resource beside or instead of DRA claims",
@@ -402,6 +442,30 @@ _ALL: tuple[Rule, ...] = (
         "# a.yaml and b.yaml both hold\nkind: ResourceClaim\nmetadata: {name: gpu}\n",
         "# a.yaml\nkind: ResourceClaim\nmetadata: {name: gpu}\n"
         "# b.yaml\nkind: ResourceClaim\nmetadata: {name: gpu-large}\n",
+    ),
+    Rule(
+        "DRA110",
+        _W,
+        "admin access needs a labelled namespace",
+        "Admission refuses a claim or template asking for adminAccess unless its namespace "
+        'carries resource.kubernetes.io/admin-access: "true"; the checked files do not '
+        "hold that Namespace, so whether it has the label is unknown.",
+        "Make sure the namespace has the label, or validate the Namespace manifest with it.",
+        _ADMIN_CLAIM,
+        _NAMESPACE.format(labels="{resource.kubernetes.io/admin-access: 'true'}")
+        + "---\n"
+        + _ADMIN_CLAIM,
+    ),
+    Rule(
+        "DRA111",
+        _W,
+        "DeviceTaintRule selects no device or every device",
+        "A rule without spec.deviceSelector taints no device (Kubernetes 1.37.1 on; 1.37.0 "
+        "tainted every device), and an empty deviceSelector taints every device of every "
+        "driver in the cluster (the API server warns about it from 1.38).",
+        "Name the driver, pool or device the taint is for.",
+        _TAINT_RULE.format(selector="  deviceSelector: {}\n"),
+        _TAINT_RULE.format(selector="  deviceSelector: {driver: gpu.example.com, pool: node-1}\n"),
     ),
     Rule(
         "DRA109",

@@ -13,11 +13,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from dralet import kubenames
-from dralet.validation import expressions, limits, opaque
+from dralet.validation import expressions, formats, limits, opaque
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.targets import ApiShape
 
-__all__ = ["ALLOCATION_MODES", "RequestView", "claim_spec_findings", "request_views"]
+__all__ = [
+    "ADMIN_ACCESS_LABEL",
+    "ALLOCATION_MODES",
+    "RequestView",
+    "admin_access_path",
+    "claim_spec_findings",
+    "request_views",
+]
+
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+"""The namespace label (value ``"true"``) without which admission refuses a claim or
+template asking for admin access (k8s.io/api v0.37.2 resource/v1 types.go
+DRAAdminNamespaceLabelKey; k8s.io/kubernetes v1.37.2 pkg/registry/resource/utils.go
+AuthorizedForAdmin, unchanged in v1.38.0-beta.0)."""
 
 ALLOCATION_MODES = ("ExactCount", "All")
 _EXACT_COUNT = "ExactCount"
@@ -84,6 +97,22 @@ def request_views(claim_spec: Any, *, shape: ApiShape, path: Path) -> list[Reque
                     )
                 )
     return views
+
+
+def admin_access_path(claim_spec: Any, *, shape: ApiShape, path: Path) -> Path | None:
+    """Where the first request asking for admin access sets it, as admission looks for it
+    (subrequests cannot ask for it)."""
+    devices = claim_spec.get("devices") if isinstance(claim_spec, dict) else None
+    if not isinstance(devices, dict):
+        return None
+    for index, request in _mappings(devices.get("requests")):
+        where = (*path, "devices", "requests", index)
+        plain: Any = request
+        if shape.requests_in_exactly:
+            plain, where = request.get("exactly"), (*where, "exactly")
+        if isinstance(plain, dict) and plain.get("adminAccess") is True:
+            return (*where, "adminAccess")
+    return None
 
 
 def claim_spec_findings(spec: Any, *, shape: ApiShape, path: Path) -> Iterator[Finding]:
@@ -213,6 +242,27 @@ def _device_request_findings(
             "tolerations", len(tolerations), limits.TOLERATIONS_PER_REQUEST, (*path, "tolerations")
         )
     yield from _mode_and_count_findings(request, path=path)
+    if shape.capacity_request_names:
+        yield from _capacity_request_findings(request.get("capacity"), shape=shape, path=path)
+
+
+def _capacity_request_findings(capacity: Any, *, shape: ApiShape, path: Path) -> Iterator[Finding]:
+    """The names a request asks capacity of: short (``memory``) or qualified with the
+    driver's domain (``gpu.example.com/memory``), both of which the allocator matches."""
+    requests = capacity.get("requests") if isinstance(capacity, dict) else None
+    if not isinstance(requests, dict):
+        return
+    for name in requests:
+        if not isinstance(name, str):
+            continue
+        problem = formats.qualified_name_problem(name, one_slash=shape.one_slash_names)
+        if problem is not None:
+            yield Finding(
+                "DRA012",
+                (*path, "capacity", "requests", name),
+                f"capacity name {name!r}: {problem}",
+                Anchor.KEY,
+            )
 
 
 def _mode_and_count_findings(request: dict[str, Any], *, path: Path) -> Iterator[Finding]:
@@ -290,6 +340,8 @@ def _constraint_findings(
         for field in present:
             value = constraint[field]
             if isinstance(value, str):
-                problem = kubenames.qualified_name_problem(value, require_domain=True)
+                problem = formats.qualified_name_problem(
+                    value, one_slash=shape.one_slash_names, require_domain=True
+                )
                 if problem is not None:
                     yield Finding("DRA012", (*where, field), f"{field} {value!r}: {problem}")

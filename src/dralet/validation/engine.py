@@ -6,6 +6,7 @@ diagnostics located and sorted by file, line and column.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -19,6 +20,7 @@ from dralet.validation import (
     metadata,
     schemas,
     slices,
+    taintrules,
     workloads,
 )
 from dralet.validation.diagnostics import Anchor, Diagnostic, Finding, Path, field_path
@@ -101,6 +103,8 @@ def validate_sources(sources: Sequence[Any], *, target: Target) -> Report:
 NOT_CHECKED = "DRA006"
 DUPLICATE_OBJECT = "DRA108"
 DEPRECATED_VERSION = "DRA109"
+ADMIN_ACCESS_UNLABELLED = "DRA026"
+ADMIN_ACCESS_UNSEEN = "DRA110"
 _CLUSTER_SCOPED = frozenset(
     {
         "DeviceClass",
@@ -168,6 +172,8 @@ class _Run:
         self.claim_requests: dict[workloads.ClaimKey, tuple[str, list[str]]] = {}
         self.template_requests: dict[workloads.ClaimKey, tuple[str, list[str]]] = {}
         self.claim_annotations: dict[workloads.ClaimKey, Any] = {}
+        self.admin_access: list[tuple[ManifestObject, Path]] = []
+        self.namespace_labels: dict[str, dict[str, Any]] = {}
 
     def object_findings(self, obj: ManifestObject) -> Iterator[Finding]:
         group = obj.api_version.rpartition("/")[0]
@@ -181,13 +187,18 @@ class _Run:
     def _other_findings(self, obj: ManifestObject) -> Iterator[Finding]:
         """Any other kind: its schema and metadata if the release has a schema for it
         (ConfigMaps, RBAC, ...), else a warning that it was not checked."""
-        validator = schemas.validator_for(self.target.kubernetes_version, obj.api_version, obj.kind)
+        release = self.target.kubernetes_version
+        validator = schemas.validator_for(release, obj.api_version, obj.kind)
+        group, _, version = obj.api_version.rpartition("/")
+        if validator is None and schemas.built_in_group(release, group):
+            yield self._served(obj, _unserved_built_in(release, group, version, obj.kind))
+            return
         if validator is None:
             yield Finding(
                 NOT_CHECKED,
                 ("kind",),
                 f"{obj.kind} {obj.api_version}: not a kind Kubernetes "
-                f"{self.target.kubernetes_version} serves built in; not checked",
+                f"{release} serves built in; not checked",
             )
             return
         structural = schemas.schema_findings(validator, obj.data, api_version=obj.api_version)
@@ -195,6 +206,11 @@ class _Run:
         yield from _not_repeating(
             structural, metadata.object_meta_findings(obj.kind, obj.data, name_format=False)
         )
+        if group == "" and obj.kind == "Namespace":
+            labels = obj.metadata.get("labels")
+            self.namespace_labels[obj.name] = labels if isinstance(labels, dict) else {}
+        elif group == RESOURCE_GROUP and obj.kind == "DeviceTaintRule":
+            yield from taintrules.rule_findings(obj.data)
 
     def _served(self, obj: ManifestObject, message: str) -> Finding:
         return Finding("DRA003", ("apiVersion",), message)
@@ -230,13 +246,41 @@ class _Run:
         elif obj.kind == "ResourceClaim":
             yield from claims.claim_spec_findings(spec, shape=shape, path=("spec",))
             self.requesters.append((obj, shape, spec, ("spec",)))
+            self._note_admin_access(obj, spec, shape, ("spec",))
             self.claim_requests[key] = (obj.kind, _request_names(spec))
             self.claim_annotations[key] = obj.annotations
         else:
             inner = spec.get("spec") if isinstance(spec, dict) else None
             yield from claims.claim_spec_findings(inner, shape=shape, path=("spec", "spec"))
             self.requesters.append((obj, shape, inner, ("spec", "spec")))
+            self._note_admin_access(obj, inner, shape, ("spec", "spec"))
             self.template_requests[key] = (obj.kind, _request_names(inner))
+
+    def _note_admin_access(
+        self, obj: ManifestObject, spec: Any, shape: ApiShape, path: Path
+    ) -> None:
+        where = claims.admin_access_path(spec, shape=shape, path=path)
+        if where is not None:
+            self.admin_access.append((obj, where))
+
+    def _admin_access_diagnostics(self) -> Iterator[Diagnostic]:
+        """Admission refuses admin access outside a namespace labelled for it: an error
+        when the namespace is in the input without the label, else a reminder."""
+        label = claims.ADMIN_ACCESS_LABEL
+        for obj, where in self.admin_access:
+            labels = self.namespace_labels.get(obj.namespace)
+            if labels is None:
+                message = (
+                    f"{obj.kind} {obj.name!r} asks for admin access: namespace "
+                    f'{obj.namespace!r} must carry the label {label}: "true" (not in the input)'
+                )
+                yield _diagnostic(obj, Finding(ADMIN_ACCESS_UNSEEN, where, message))
+            elif labels.get(label) != "true":
+                message = (
+                    f'admin access to devices requires the label {label}: "true" on '
+                    f"namespace {obj.namespace!r}"
+                )
+                yield _diagnostic(obj, Finding(ADMIN_ACCESS_UNLABELLED, where, message))
 
     def _workload_findings(self, obj: ManifestObject) -> Iterator[Finding]:
         validator = schemas.validator_for(self.target.kubernetes_version, obj.api_version, obj.kind)
@@ -288,6 +332,7 @@ class _Run:
         ):
             yield _diagnostic(use.template.source, finding)
         yield from self._selection_diagnostics()
+        yield from self._admin_access_diagnostics()
 
     def _selection_diagnostics(self) -> Iterator[Diagnostic]:
         devices = [
@@ -333,6 +378,23 @@ class _Run:
                 )
                 for finding in matching.selection_findings(selection, catalog_):
                     yield _diagnostic(obj, finding)
+
+
+def _unserved_built_in(release: str, group: str, version: str, kind: str) -> str:
+    """Why a built-in group's object is refused: the group has no such version of the
+    kind, or no such kind (a server answers 404; no CRD can add to a built-in group)."""
+    named = f"{group}/{version}" if group else version
+    where = group or "the core group"
+    served = schemas.served_versions(release, group, kind)
+    if not served:
+        close = difflib.get_close_matches(kind, schemas.kinds(release, group), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return f"Kubernetes {release} serves no kind {kind} in {where}{hint}"
+    listed = ", ".join(f"{group}/{v}" if group else v for v in served)
+    return (
+        f"apiVersion {named!r} does not serve {kind} on Kubernetes {release}; "
+        f"it is served as {listed}"
+    )
 
 
 def _not_repeating(structural: list[Finding], semantic: Iterator[Finding]) -> Iterator[Finding]:

@@ -1,5 +1,6 @@
 """The value formats the API server checks beside names: strict semver versions and
-resource quantities. Name rules live in ``dralet.kubenames``.
+resource quantities, and how a release tightens the qualified-name rule of
+``dralet.kubenames``.
 
 Each function returns the reason a value is invalid, or ``None`` when it is valid,
 worded like the API server's own messages.
@@ -7,19 +8,45 @@ worded like the API server's own messages.
 
 from __future__ import annotations
 
+import re
+
+from dralet import kubenames
 from dralet.allocation import quantity, semver
 
-__all__ = ["quantity_problem", "semver_problem"]
+__all__ = ["qualified_name_problem", "quantity_problem", "semver_problem"]
+
+_NUMBER = re.compile(r"\d+")
 
 
-def semver_problem(value: str) -> str | None:
-    """A strict semantic version 2.0.0 string: MAJOR.MINOR.PATCH, no 'v' prefix."""
+def semver_problem(value: str, *, digits_max: int | None = None) -> str | None:
+    """A strict semantic version 2.0.0 string: MAJOR.MINOR.PATCH, no 'v' prefix; with
+    ``digits_max``, no number (nor digit-only pre-release identifier) longer than that."""
     try:
         semver.parse_version(value)
     except semver.SemverError:
         hint = " (drop the leading 'v')" if value[:1] in ("v", "V") else ""
         return f"{value!r} is not a semantic version (MAJOR.MINOR.PATCH){hint}"
+    if digits_max is None:
+        return None
+    core_and_pre = value.partition("+")[0]
+    core, _, pre = core_and_pre.partition("-")
+    identifiers = [*core.split("."), *(pre.split(".") if pre else [])]
+    if any(_NUMBER.fullmatch(i) and len(i) > digits_max for i in identifiers):
+        return (
+            f"{value!r}: numbers in a version must have at most {digits_max} digits "
+            "(to fit in int64)"
+        )
     return None
+
+
+def qualified_name_problem(
+    value: str, *, one_slash: bool, require_domain: bool = False
+) -> str | None:
+    """An attribute or capacity name (``id`` or ``domain/id``); with ``one_slash`` (1.38
+    and later) a name of three or more '/'-separated parts is refused too."""
+    if one_slash and value.count("/") > 1:
+        return "must not contain more than one slash"
+    return kubenames.qualified_name_problem(value, require_domain=require_domain)
 
 
 def quantity_problem(value: object) -> str | None:

@@ -4,6 +4,12 @@ kubernetes-validate (its strict variants, which refuse unknown fields).
 One ``structure.Validator`` per (Kubernetes version, apiVersion, kind) is built on first
 use and reused, resolving references into the version's shared definitions; every error
 is reported, not only the first.
+
+A release newer than the newest bundled schemas is checked with the newest ones: 1.38
+(kubernetes-validate 1.37.0 bundles up to 1.37) adds and removes no JSON field in the
+resource.k8s.io versions it serves (the ``json`` tags of k8s.io/api v0.37.2 and
+v0.38.0-beta.0 resource/v1 and v1beta2 types.go are the same); what it stops serving is
+decided by ``targets``, not by the schemas.
 """
 
 from __future__ import annotations
@@ -20,7 +26,16 @@ from dralet.validation import structure
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.structure import SchemaError, Validator
 
-__all__ = ["RULE", "dotted", "schema_findings", "validator_for"]
+__all__ = [
+    "RULE",
+    "built_in_group",
+    "dotted",
+    "kinds",
+    "schema_findings",
+    "schema_release",
+    "served_versions",
+    "validator_for",
+]
 
 RULE = "DRA004"
 _SCHEMA_PACKAGE = "kubernetes_validate"
@@ -60,8 +75,29 @@ def _schema_root() -> FilePath:
     return FilePath(next(iter(spec.submodule_search_locations))) / _SCHEMA_FOLDER
 
 
+_FOLDER = re.compile(r"^v(\d+)\.(\d+)\.0-local-strict$")
+
+
+@functools.cache
+def schema_release(kubernetes_version: str) -> str:
+    """The bundled schema release that checks ``kubernetes_version``: its own, else the
+    newest older one."""
+    wanted = tuple(int(p) for p in kubernetes_version.split("."))
+    bundled = [
+        (int(m[1]), int(m[2]))
+        for m in (_FOLDER.match(p.name) for p in _schema_root().iterdir())
+        if m is not None
+    ]
+    usable = [release for release in bundled if release <= wanted]
+    if not usable:
+        return kubernetes_version
+    major, minor = max(usable)
+    return f"{major}.{minor}"
+
+
 def _schema_text(kubernetes_version: str, filename: str) -> str | None:
-    path = _schema_root() / f"v{kubernetes_version}.0-local-strict" / filename
+    folder = f"v{schema_release(kubernetes_version)}.0-local-strict"
+    path = _schema_root() / folder / filename
     if not path.is_file():
         return None
     return path.read_text(encoding="utf-8")
@@ -92,6 +128,35 @@ def validator_for(kubernetes_version: str, api_version: str, kind: str) -> Valid
     ):
         return None
     return Validator(schema, definitions=_definitions(kubernetes_version))
+
+
+@functools.cache
+def _group_versions(kubernetes_version: str) -> dict[str, dict[str, tuple[str, ...]]]:
+    """group -> kind -> the versions of that group serving the kind, from the release's
+    definitions (the core group is "")."""
+    found: dict[str, dict[str, list[str]]] = {}
+    for definition in _definitions(kubernetes_version).values():
+        for gvk in definition.get("x-kubernetes-group-version-kind", []):
+            kinds = found.setdefault(str(gvk.get("group", "")), {})
+            versions = kinds.setdefault(str(gvk.get("kind", "")), [])
+            if gvk.get("version") not in versions:
+                versions.append(str(gvk.get("version")))
+    return {g: {k: tuple(v) for k, v in kinds.items()} for g, kinds in found.items()}
+
+
+def built_in_group(kubernetes_version: str, group: str) -> bool:
+    """Whether ``group`` is one of the release's built-in API groups."""
+    return group in _group_versions(kubernetes_version)
+
+
+def kinds(kubernetes_version: str, group: str) -> tuple[str, ...]:
+    """The kinds a built-in ``group`` has in the release."""
+    return tuple(_group_versions(kubernetes_version).get(group, {}))
+
+
+def served_versions(kubernetes_version: str, group: str, kind: str) -> tuple[str, ...]:
+    """The versions of a built-in ``group`` that have ``kind`` (none: no such kind)."""
+    return _group_versions(kubernetes_version).get(group, {}).get(kind, ())
 
 
 def dotted(path: Path) -> str:

@@ -61,11 +61,19 @@ def published_devices(data: dict[str, Any], *, shape: ApiShape) -> list[Publishe
                 driver,
                 pool_name,
                 str(device.get("name", "")),
-                attributes if isinstance(attributes, dict) else {},
-                capacity if isinstance(capacity, dict) else {},
+                _mappings_only(attributes),
+                _mappings_only(capacity),
             )
         )
     return out
+
+
+def _mappings_only(values: Any) -> dict[str, Any]:
+    """The entries of an attribute or capacity map whose value is an object: any other
+    value is refused by the schema, and selectors see such an entry as absent."""
+    if not isinstance(values, dict):
+        return {}
+    return {name: value for name, value in values.items() if isinstance(value, dict)}
 
 
 def _node_choice(holder: dict[str, Any], fields: tuple[str, ...]) -> list[str]:
@@ -198,8 +206,10 @@ def _unset_or_meaningful_findings(holder: dict[str, Any], *, path: Path) -> Iter
 
 
 def _node_fields_findings(
-    holder: dict[str, Any], *, path: Path, pointers: bool = True
+    holder: dict[str, Any], *, path: Path, pointers: bool = True, one_term: bool = True
 ) -> Iterator[Finding]:
+    """``one_term``: a nodeSelector must have exactly one term (always for the slice's,
+    from 1.38 for a device's)."""
     if pointers:
         yield from _unset_or_meaningful_findings(holder, path=path)
     node_name = holder.get("nodeName")
@@ -210,12 +220,11 @@ def _node_fields_findings(
     selector = holder.get("nodeSelector")
     if isinstance(selector, dict):
         terms = selector.get("nodeSelectorTerms")
-        if not isinstance(terms, list) or len(terms) != 1:
+        count = len(terms) if isinstance(terms, list) else 0
+        if count != 1 and (one_term or count == 0):
+            wanted = "exactly one node selector term" if one_term else "at least one term"
             yield Finding(
-                "DRA015",
-                (*path, "nodeSelector"),
-                "nodeSelector: must have exactly one node selector term",
-                Anchor.KEY,
+                "DRA015", (*path, "nodeSelector"), f"nodeSelector: must have {wanted}", Anchor.KEY
             )
         if isinstance(terms, list):
             for index, term in enumerate(terms):
@@ -265,7 +274,9 @@ def _device_findings(
                     f"`{field}` may only be set when `perDeviceNodeSelection` is true",
                     Anchor.KEY,
                 )
-        yield from _node_fields_findings(fields, path=where)
+        yield from _node_fields_findings(
+            fields, path=where, one_term=shape.device_node_selector_one_term
+        )
     yield from _consumes_counters_findings(fields.get("consumesCounters"), path=where, shape=shape)
     taints = fields.get("taints")
     if isinstance(taints, list):
@@ -307,22 +318,31 @@ def _values_findings(fields: dict[str, Any], *, path: Path, shape: ApiShape) -> 
         )
     for name, value in attributes.items():
         where = (*path, "attributes", name)
-        yield from _qualified_name_findings(name, where, "attribute")
+        yield from _qualified_name_findings(name, where, "attribute", shape=shape)
+        if value is None:
+            value = {}  # the API server decodes a null attribute to one with no value
         if isinstance(value, dict):
             yield from _attribute_value_findings(
-                name, value, where, lists=lists, gated=shape.list_attribute_fields
+                name,
+                value,
+                where,
+                lists=lists,
+                gated=shape.list_attribute_fields,
+                digits=shape.version_digits_max,
             )
     for name, value in capacity.items():
         where = (*path, "capacity", name)
-        yield from _qualified_name_findings(name, where, "capacity")
+        yield from _qualified_name_findings(name, where, "capacity", shape=shape)
         if isinstance(value, dict) and "value" in value:
             problem = formats.quantity_problem(value["value"])
             if problem is not None:
                 yield Finding("DRA014", (*where, "value"), f"capacity {name!r}: {problem}")
 
 
-def _qualified_name_findings(name: str, path: Path, what: str) -> Iterator[Finding]:
-    problem = kubenames.qualified_name_problem(name)
+def _qualified_name_findings(
+    name: str, path: Path, what: str, *, shape: ApiShape
+) -> Iterator[Finding]:
+    problem = formats.qualified_name_problem(name, one_slash=shape.one_slash_names)
     if problem is not None:
         yield Finding("DRA012", path, f"{what} name {name!r}: {problem}", Anchor.KEY)
 
@@ -336,9 +356,10 @@ def _value_count(value: Any) -> int:
 
 
 def _attribute_value_findings(
-    name: str, value: dict[str, Any], path: Path, *, lists: bool, gated: bool
+    name: str, value: dict[str, Any], path: Path, *, lists: bool, gated: bool, digits: int | None
 ) -> Iterator[Finding]:
-    """``lists``: list values are served; ``gated``: the release has them behind a gate."""
+    """``lists``: list values are served; ``gated``: the release has them behind a gate;
+    ``digits``: the most digits of a version's numbers."""
     kinds = (*_ATTRIBUTE_VALUE_FIELDS, *_LIST_VALUE_KEYS) if lists else _ATTRIBUTE_VALUE_FIELDS
     present = [f for f in kinds if value.get(f) is not None]
     if len(present) != 1:
@@ -360,12 +381,14 @@ def _attribute_value_findings(
         return
     field = present[0]
     if field in _LIST_VALUE_KEYS:
-        yield from _list_value_findings(name, field, value[field], path)
+        yield from _list_value_findings(name, field, value[field], path, digits=digits)
     elif field in ("string", "version") and isinstance(value[field], str):
-        yield from _text_value_findings(name, field, value[field], (*path, field))
+        yield from _text_value_findings(name, field, value[field], (*path, field), digits=digits)
 
 
-def _text_value_findings(name: str, field: str, text: str, path: Path) -> Iterator[Finding]:
+def _text_value_findings(
+    name: str, field: str, text: str, path: Path, *, digits: int | None
+) -> Iterator[Finding]:
     """A string or version value (alone or an item of a list): its length, and a version's
     semver format."""
     if len(text) > limits.ATTRIBUTE_VALUE_MAX_LENGTH:
@@ -376,12 +399,14 @@ def _text_value_findings(name: str, field: str, text: str, path: Path) -> Iterat
             f"{limits.ATTRIBUTE_VALUE_MAX_LENGTH} characters",
         )
     elif field == "version":
-        problem = formats.semver_problem(text)
+        problem = formats.semver_problem(text, digits_max=digits)
         if problem is not None:
             yield Finding("DRA014", path, f"attribute {name!r}: {problem}")
 
 
-def _list_value_findings(name: str, field: str, items: Any, path: Path) -> Iterator[Finding]:
+def _list_value_findings(
+    name: str, field: str, items: Any, path: Path, *, digits: int | None
+) -> Iterator[Finding]:
     if not isinstance(items, list):
         return
     if not items:
@@ -391,7 +416,9 @@ def _list_value_findings(name: str, field: str, items: Any, path: Path) -> Itera
     if field in ("strings", "versions"):
         for index, item in enumerate(items):
             if isinstance(item, str):
-                yield from _text_value_findings(name, field[:-1], item, (*path, field, index))
+                yield from _text_value_findings(
+                    name, field[:-1], item, (*path, field, index), digits=digits
+                )
 
 
 def _taint_findings(taint: dict[str, Any], *, shape: ApiShape, path: Path) -> Iterator[Finding]:

@@ -6,8 +6,9 @@ v1beta2 (``exactly``/``firstAvailable`` requests, flat devices) and grows v1beta
 ``firstAvailable``, per-device node selection and taints; 1.34 serves v1 (the v1beta2
 shape) and adds ``distinctAttribute``; 1.35 raises the per-device taint limit to 16,
 caps a slice with taints or counter consumption at 64 devices and sets the counter
-limits below; 1.36 counts list-type attributes as such a feature too. v1beta1 is
-deprecated from 1.35 and gone in 1.38, v1beta2 deprecated from 1.36 and gone in 1.39.
+limits below; 1.36 counts list-type attributes as such a feature too; 1.38 tightens the
+name, node selector and version rules below. v1beta1 is deprecated from 1.35 and gone in
+1.38, v1beta2 deprecated from 1.36 and gone in 1.39.
 v1alpha3 is an alpha API that dralet does not support.
 
 Sources: k8s.io/api v0.33.0-v0.37.2 resource/v1beta2 and v1 types.go (the limits by
@@ -34,7 +35,7 @@ __all__ = [
 
 RESOURCE_GROUP = "resource.k8s.io"
 DRA_KINDS = ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
-SUPPORTED_KUBERNETES_VERSIONS = releases.through("1.37")
+SUPPORTED_KUBERNETES_VERSIONS = releases.through("1.38")
 """The releases whose API rules (below) dralet validates against."""
 DEFAULT_KUBERNETES_VERSION = releases.newest(SUPPORTED_KUBERNETES_VERSIONS)
 
@@ -42,7 +43,8 @@ _SERVED_FROM = {"v1beta1": 32, "v1beta2": 33, "v1": 34}
 """The minor Kubernetes release that first serves each resource.k8s.io version."""
 _DEPRECATED_FROM = {"v1beta1": 35, "v1beta2": 36}
 _REMOVED_IN = {"v1beta1": 38, "v1beta2": 39}
-"""The minor release that no longer serves a version (ready for 1.38 schemas)."""
+"""The minor release that no longer serves a version (k8s.io/api v0.38.0-beta.0
+resource/v1beta1 zz_generated.prerelease-lifecycle.go: APILifecycleRemoved 1.38)."""
 _ADVANCED_DEVICES_LIMIT_FROM = 35
 """ResourceSliceMaxDevicesWithTaintsOrConsumesCounters (1.35), renamed
 ResourceSliceMaxDevicesWithAdvancedFeatures in 1.36: 64 instead of 128."""
@@ -75,6 +77,22 @@ _COUNTERS_IN_OWN_SLICES_FROM = 35
 ``sharedCounters`` or ``devices``, never both."""
 _TAINTS_MAX_BEFORE = 4
 _TAINTS_MAX_AFTER = 16
+_ONE_SLASH_NAMES_FROM = 38
+"""A qualified name (attribute, capacity, matchAttribute, ...) with more than one '/' is
+refused from 1.38 (kubernetes/kubernetes#141644; k8s.io/kubernetes v1.38.0-beta.0
+pkg/apis/resource/validation/validation.go validateQualifiedName); v1.37.2 checked
+nothing at all in such a name."""
+_CAPACITY_REQUEST_NAMES_FROM = 38
+"""The keys of a request's ``capacity.requests`` are checked as qualified names from 1.38
+(#142202, validateCapacityNames in the same file); 1.37.2 did not check them."""
+_DEVICE_NODE_SELECTOR_ONE_TERM_FROM = 38
+"""A per-device ``nodeSelector`` must have exactly one term from 1.38 (#141213,
+validateDeviceNodeSelection); 1.37.2 checked this for the slice-level one only."""
+_VERSION_DIGITS_FROM = 38
+_VERSION_DIGITS_MAX = 18
+"""From 1.38 a version attribute's numbers (and digit-only pre-release identifiers) have
+at most 18 digits so that they fit in int64 (#142964, numericIdentifier in the same
+file)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +162,26 @@ class ApiShape:
     @property
     def distinct_attribute(self) -> bool:
         return self.minor >= _DISTINCT_ATTRIBUTE_FROM
+
+    @property
+    def one_slash_names(self) -> bool:
+        """Qualified names with more than one '/' are refused."""
+        return self.minor >= _ONE_SLASH_NAMES_FROM
+
+    @property
+    def capacity_request_names(self) -> bool:
+        """The names in a request's ``capacity.requests`` are checked."""
+        return self.minor >= _CAPACITY_REQUEST_NAMES_FROM
+
+    @property
+    def device_node_selector_one_term(self) -> bool:
+        """A per-device ``nodeSelector`` has exactly one term, like the slice's."""
+        return self.minor >= _DEVICE_NODE_SELECTOR_ONE_TERM_FROM
+
+    @property
+    def version_digits_max(self) -> int | None:
+        """The most digits a number of a version attribute may have (None: no limit)."""
+        return _VERSION_DIGITS_MAX if self.minor >= _VERSION_DIGITS_FROM else None
 
     @property
     def counters_in_own_slices(self) -> bool:
