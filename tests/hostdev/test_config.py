@@ -78,6 +78,14 @@ def test_defaults_are_stable_names_and_exclusive_devices() -> None:
             GROUP + "    attributes:\n      'bad name': 1\n",
             "f.yaml:4: groups.0.attributes: attribute 'bad name'",
         ),
+        (
+            GROUP + "    attributes:\n      a.com/b/c: 1\n",
+            "f.yaml:4: groups.0.attributes: attribute 'a.com/b/c': must not contain more than one",
+        ),
+        (
+            GROUP + "    capacity: {a.com/b/size: 1}\n",
+            "f.yaml:4: groups.0.capacity: capacity 'a.com/b/size': must not contain more than one",
+        ),
         (GROUP + "    capacity: {size: 12Q}\n", "f.yaml:4: groups.0.capacity: capacity 'size'"),
         (GROUP + "    env: {'A-B': x}\n", "f.yaml:4: groups.0.env: 'A-B': not an environment"),
         (

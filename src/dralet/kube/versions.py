@@ -28,7 +28,8 @@ def newest_supported(served: list[str]) -> str:
             return version
     raise UnsupportedServerError(
         f"the API server serves resource.k8s.io versions {served or 'none'}; dralet needs one "
-        f"of {', '.join(resources.RESOURCE_VERSIONS)} (is DynamicResourceAllocation enabled?)"
+        f"of {', '.join(resources.RESOURCE_VERSIONS)} (before 1.34 the "
+        "DynamicResourceAllocation gate and the API version must be enabled)"
     )
 
 

@@ -44,9 +44,9 @@ def qualified_name_problem(
 ) -> str | None:
     """An attribute or capacity name (``id`` or ``domain/id``); with ``one_slash`` (1.38
     and later) a name of three or more '/'-separated parts is refused too."""
-    if one_slash and value.count("/") > 1:
-        return "must not contain more than one slash"
-    return kubenames.qualified_name_problem(value, require_domain=require_domain)
+    return kubenames.qualified_name_problem(
+        value, require_domain=require_domain, single_slash=one_slash
+    )
 
 
 def quantity_problem(value: object) -> str | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dralet import releases
+from dralet import kubenames, releases
 
 __all__ = [
     "DEFAULT_KUBERNETES_VERSION",
@@ -77,11 +77,10 @@ _COUNTERS_IN_OWN_SLICES_FROM = 35
 ``sharedCounters`` or ``devices``, never both."""
 _TAINTS_MAX_BEFORE = 4
 _TAINTS_MAX_AFTER = 16
-_ONE_SLASH_NAMES_FROM = 38
+_ONE_SLASH_NAMES_FROM = int(kubenames.SINGLE_SLASH_RELEASE.split(".")[1])
 """A qualified name (attribute, capacity, matchAttribute, ...) with more than one '/' is
-refused from 1.38 (kubernetes/kubernetes#141644; k8s.io/kubernetes v1.38.0-beta.0
-pkg/apis/resource/validation/validation.go validateQualifiedName); v1.37.2 checked
-nothing at all in such a name."""
+refused from 1.38 (the rule and its source: ``kubenames.SINGLE_SLASH_RELEASE``); v1.37.2
+checked nothing at all in such a name."""
 _CAPACITY_REQUEST_NAMES_FROM = 38
 """The keys of a request's ``capacity.requests`` are checked as qualified names from 1.38
 (#142202, validateCapacityNames in the same file); 1.37.2 did not check them."""

@@ -215,7 +215,7 @@ class Group(_Model):
     @classmethod
     def _attribute_names(cls, attributes: dict[str, AttributeSpec]) -> dict[str, AttributeSpec]:
         for name, value in attributes.items():
-            problem = kubenames.qualified_name_problem(name)
+            problem = kubenames.qualified_name_problem(name, single_slash=True)
             if problem:
                 raise ValueError(f"attribute {name!r}: {problem}")
             if isinstance(value, str) and len(value) > slices.MAX_VALUE_LENGTH:
@@ -229,7 +229,7 @@ class Group(_Model):
         cls, capacity: dict[str, str | int | AttributeSource]
     ) -> dict[str, str | int | AttributeSource]:
         for name, value in capacity.items():
-            problem = kubenames.qualified_name_problem(name)
+            problem = kubenames.qualified_name_problem(name, single_slash=True)
             if problem:
                 raise ValueError(f"capacity {name!r}: {problem}")
             if not isinstance(value, AttributeSource):
