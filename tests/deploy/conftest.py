@@ -35,7 +35,7 @@ CHART = REPO / "deploy" / "chart" / "dralet"
 RELEASE = "dralet"
 NAMESPACE = "dralet"
 HELM_TIMEOUT_S = 60
-KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
+KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35", "1.36", "1.37", "1.38")
 """Every Kubernetes version the chart supports: the floor to the current release."""
 
 Document = dict[str, Any]

@@ -138,7 +138,7 @@ def test_the_1_32_claim_shape_is_refused_by_the_v1_schema(
     ("settings", "message"),
     [
         ((("kubernetesVersion", "1.31"),), "kubernetesVersion"),
-        ((("kubernetesVersion", "1.38"),), "kubernetesVersion"),
+        ((("kubernetesVersion", "1.39"),), "kubernetesVersion"),
         ((("kubernetesVersion", "latest"),), "kubernetesVersion"),
         ((("driverName", "Bad_Driver"),), "driverName"),
         ((("cdiDir", "var/run/cdi"),), "cdiDir"),
@@ -155,11 +155,11 @@ def test_bad_values_are_refused_naming_the_value(
         render("1.34", settings)
 
 
-def test_clusters_outside_1_32_to_1_37_are_refused(render: Render) -> None:
+def test_clusters_outside_1_32_to_1_38_are_refused(render: Render) -> None:
     with pytest.raises(RenderError, match=r"requires kubeVersion: >=1\.32"):
         render("1.31")
-    with pytest.raises(RenderError, match=r"Kubernetes 1\.38 .*supports 1\.32 to 1\.37"):
-        render("1.38")
+    with pytest.raises(RenderError, match=r"Kubernetes 1\.39 .*supports 1\.32 to 1\.38"):
+        render("1.39")
 
 
 def test_seamless_upgrade_is_refused_on_1_32(render: Render) -> None:

@@ -36,7 +36,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{/*
-The Kubernetes minor version the objects are for (32..37), from .Values.kubernetesVersion
+The Kubernetes minor version the objects are for (32..38), from .Values.kubernetesVersion
 or, when that is empty, the cluster's (.Capabilities.KubeVersion). Anything else fails.
 */}}
 {{- define "dralet.kubeMinor" -}}
@@ -46,8 +46,8 @@ or, when that is empty, the cluster's (.Capabilities.KubeVersion). Anything else
 {{- fail (printf "kubernetesVersion %q: expected 1.<minor>, e.g. 1.34" $given) -}}
 {{- end -}}
 {{- $minor := index (splitList "." $found) 1 | atoi -}}
-{{- if or (lt $minor 32) (gt $minor 37) -}}
-{{- fail (printf "Kubernetes %s (kubernetesVersion, else the cluster's): this chart supports 1.32 to 1.37" $found) -}}
+{{- if or (lt $minor 32) (gt $minor 38) -}}
+{{- fail (printf "Kubernetes %s (kubernetesVersion, else the cluster's): this chart supports 1.32 to 1.38" $found) -}}
 {{- end -}}
 {{- $minor -}}
 {{- end -}}
