@@ -61,7 +61,7 @@ async def node(k8s_api: ClusterApi, short_tmp: Path) -> AsyncIterator[Node]:
             ),
             log_path=short_tmp / "driver.log",
         )
-        kubelet = KubeletEmulator(paths.registry_dir, kubelet_version="1.37")
+        kubelet = KubeletEmulator(paths.registry_dir, kubelet_version=k8s_api.kubernetes_version)
         try:
             await eventually(lambda: k8s_api.get("Node", NODE), "node registered")
             k8s_api.create(
