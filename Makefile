@@ -68,9 +68,10 @@ $(HELM_DIR)/helm:
 .PHONY: helm
 helm: $(HELM_DIR)/helm
 
-# The real control plane the `k8s`-marked tests start (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler), built from the Go module in k8s/ into a cache
-# folder keyed by the pinned release; nothing to do when it is there.
+# The real control planes the `k8s`-marked tests start (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubelet), one per release in k8s/releases, built
+# from the Go module in k8s/ into a cache folder per release, and containerd once; nothing to
+# do when they are there. One release alone: scripts/k8s-build 1.38.
 k8s:
 	scripts/k8s-build
 

@@ -1,6 +1,6 @@
 """Shared fixtures: per-test checks that no task is leaked and no host path is touched,
-temporary node directories and the real Kubernetes control plane (one per session,
-started by the first test that needs it)."""
+temporary node directories and the real Kubernetes control planes (one per release of
+k8s/releases, each started by the first test that needs it)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,30 @@ from pathlib import Path
 import pytest
 
 from dralet import failpoints
-from tests.kubefixtures import k8s_api, k8s_cluster
+from tests.k8scluster import releases
+from tests.kubefixtures import k8s_api, k8s_cluster, k8s_clusters, k8s_release
 
-__all__ = ["k8s_api", "k8s_cluster"]
+__all__ = ["k8s_api", "k8s_cluster", "k8s_clusters", "k8s_release"]
+
+EVERY_RELEASE = "every_k8s_release"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{EVERY_RELEASE}: a k8s test that runs on each release k8s/releases lists "
+        "(the others run on the first)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked every_k8s_release gets one run per release, ``[k8s-1.38]``."""
+    if "k8s_release" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker(EVERY_RELEASE) is None:
+        return
+    chosen = releases()
+    metafunc.parametrize("k8s_release", chosen, ids=[r.id for r in chosen], indirect=True)
 
 
 @pytest.fixture(autouse=True)

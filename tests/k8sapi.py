@@ -84,12 +84,19 @@ class ClusterApiError(Exception):
 class ClusterApi:
     """Admin access to a ``Cluster`` with the stand-in's helper signatures."""
 
-    kubernetes_version = KUBERNETES_VERSION
     preferred_version = "v1"
-    versions = ("v1", "v1beta2", "v1beta1")
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self.kubernetes_version = cluster.release.minor
+        """The cluster's minor version (``1.38``), as the stand-in's settings say theirs."""
+        config = cluster.release.runtime_config
+        self.versions = tuple(
+            v
+            for v in ("v1", "v1beta2", "v1beta1")
+            if v == self.preferred_version or f"resource.k8s.io/{v}=true" in config
+        )
+        """The resource.k8s.io versions the stand-in also serves that this cluster serves."""
         self.url = cluster.url
         workdir = cluster.workdir
         self._context = ssl.create_default_context(cafile=str(workdir / "ca.crt"))

@@ -1,5 +1,6 @@
 """A real Kubernetes control plane on loopback for the tests: etcd, kube-apiserver,
-kube-controller-manager and kube-scheduler, built by ``make k8s`` (scripts/k8s-build).
+kube-controller-manager and kube-scheduler of one of the releases k8s/releases lists, built by
+``make k8s`` (scripts/k8s-build), with that release's DRA feature gates and API versions.
 
 Everything lives in one temporary folder: certificates made at start (a CA, the serving
 certificate, client certificates per component, the service-account signing key),
@@ -35,43 +36,209 @@ from cryptography.x509.oid import NameOID
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "scripts" / "k8s-build"
+RELEASES_FILE = ROOT / "k8s" / "releases"
+RELEASES_ENV = "DRALET_K8S_RELEASES"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
-# Every DRA feature gate Kubernetes 1.37 has, on. Names and stages from
-# k8s.io/kubernetes v1.37.2 pkg/features/kube_features.go; GA gates locked to true are
+# Every DRA feature gate each release has, on, by minor version. GA gates locked to true are
 # left out (setting them is an error once they are removed, and they cannot be off).
 # GenericWorkload is the prerequisite of DRAWorkloadResourceClaims.
-DRA_FEATURE_GATES = (
-    "DRAConsumableCapacity",  # beta, on by default
-    "DRADerivedAttributes",  # alpha 1.37
-    "DRADeviceBindingConditions",  # beta
-    "DRADeviceCompatibilityGroups",  # alpha 1.37
-    "DRADeviceTaintRules",  # GA 1.37, not locked
-    "DRADeviceTaints",  # GA 1.37, not locked
-    "DRAFractionalCapacityRange",  # beta 1.37
-    "DRAListTypeAttributes",  # alpha 1.36
-    "DRANodeAllocatableResources",  # alpha 1.36
-    "DRAOptionalNodeOperations",  # alpha 1.37
-    "DRAPartitionableDevices",  # beta
-    "DRAPartitionableDevicesType",  # alpha 1.37
-    "DRAResourceClaimGranularStatusAuthorization",  # beta
-    "DRAResourcePoolStatus",  # alpha 1.36
-    "DRASchedulerFilterTimeout",  # beta
-    "DRAWorkloadResourceClaims",  # beta 1.37, off by default
-    "GenericWorkload",
-    "ResourceHealthStatus",  # beta
-    "ResourceHealthStatusMessage",  # beta
-)
-# resource.k8s.io v1 is on by default; the older versions 1.37 still serves are not
-# (k8s.io/kubernetes v1.37.2 pkg/controlplane/instance.go, the off-by-default lists).
-RUNTIME_CONFIG = (
-    "resource.k8s.io/v1beta1=true",
-    "resource.k8s.io/v1beta2=true",
-    "resource.k8s.io/v1alpha3=true",
-    # GenericWorkload's PodGroup: the scheduler and controller-manager wait for its informer.
-    "scheduling.k8s.io/v1beta1=true",
-    "scheduling.k8s.io/v1alpha3=true",
-)
+DRA_FEATURE_GATES: dict[str, tuple[str, ...]] = {
+    # Names and stages from k8s.io/kubernetes v1.37.2 pkg/features/kube_features.go.
+    "1.37": (
+        "DRAConsumableCapacity",  # beta, on by default
+        "DRADerivedAttributes",  # alpha 1.37
+        "DRADeviceBindingConditions",  # beta
+        "DRADeviceCompatibilityGroups",  # alpha 1.37
+        "DRADeviceTaintRules",  # GA 1.37, not locked
+        "DRADeviceTaints",  # GA 1.37, not locked
+        "DRAFractionalCapacityRange",  # beta 1.37
+        "DRAListTypeAttributes",  # alpha 1.36
+        "DRANodeAllocatableResources",  # alpha 1.36
+        "DRAOptionalNodeOperations",  # alpha 1.37
+        "DRAPartitionableDevices",  # beta
+        "DRAPartitionableDevicesType",  # alpha 1.37
+        "DRAResourceClaimGranularStatusAuthorization",  # beta
+        "DRAResourcePoolStatus",  # alpha 1.36
+        "DRASchedulerFilterTimeout",  # beta
+        "DRAWorkloadResourceClaims",  # beta 1.37, off by default
+        "GenericWorkload",
+        "ResourceHealthStatus",  # beta
+        "ResourceHealthStatusMessage",  # beta
+    ),
+    # k8s.io/kubernetes v1.38.0-beta.0 pkg/features/kube_features.go: DynamicResourceAllocation
+    # is gone; DRADeviceBindingConditions, DRADeviceTaintRules, DRADeviceTaints and
+    # DRAPartitionableDevices are GA and locked on (left out); the rest as in 1.37.
+    "1.38": (
+        "DRAConsumableCapacity",  # GA 1.38, not locked
+        "DRADerivedAttributes",  # alpha 1.37
+        "DRADeviceCompatibilityGroups",  # alpha 1.37
+        "DRAFractionalCapacityRange",  # GA 1.38, not locked
+        "DRAListTypeAttributes",  # alpha 1.36
+        "DRANodeAllocatableResources",  # alpha 1.36
+        "DRAOptionalNodeOperations",  # alpha 1.37
+        "DRAPartitionableDevicesType",  # alpha 1.37
+        "DRAResourceClaimGranularStatusAuthorization",  # beta
+        "DRAResourcePoolStatus",  # alpha 1.36
+        "DRASchedulerFilterTimeout",  # beta
+        "DRAWorkloadResourceClaims",  # beta 1.37, off by default
+        "GenericWorkload",  # beta 1.37, off by default
+        "ResourceHealthStatus",  # beta
+        "ResourceHealthStatusMessage",  # beta
+    ),
+}
+# The DRA gates each release has GA and locked on (same sources): left out above, and on.
+LOCKED_DRA_FEATURE_GATES: dict[str, tuple[str, ...]] = {
+    "1.37": (
+        "DRAAdminAccess",
+        "DRAExtendedResource",
+        "DRAPrioritizedList",
+        "DRAResourceClaimDeviceStatus",
+        "DynamicResourceAllocation",
+    ),
+    "1.38": (
+        "DRAAdminAccess",
+        "DRADeviceBindingConditions",
+        "DRADeviceTaintRules",
+        "DRADeviceTaints",
+        "DRAExtendedResource",
+        "DRAPartitionableDevices",
+        "DRAPrioritizedList",
+        "DRAResourceClaimDeviceStatus",
+    ),
+}
+# The DRA gates a release no longer has (same sources): naming one is an error.
+REMOVED_DRA_FEATURE_GATES: dict[str, tuple[str, ...]] = {
+    "1.37": (),
+    "1.38": ("DynamicResourceAllocation",),
+}
+# resource.k8s.io v1 is on by default; the older versions each release still serves are not.
+RUNTIME_CONFIG: dict[str, tuple[str, ...]] = {
+    # k8s.io/kubernetes v1.37.2 pkg/controlplane/instance.go, the off-by-default lists.
+    "1.37": (
+        "resource.k8s.io/v1beta1=true",
+        "resource.k8s.io/v1beta2=true",
+        "resource.k8s.io/v1alpha3=true",
+        # GenericWorkload's PodGroup: the scheduler and controller-manager wait for its informer.
+        "scheduling.k8s.io/v1beta1=true",
+        "scheduling.k8s.io/v1alpha3=true",
+    ),
+    # v1beta1 is still in k8s.io/kubernetes v1.38.0-beta.0 pkg/controlplane/instance.go's
+    # off-by-default list, but its kinds say removed in 1.38 (k8s.io/api v0.38.0-beta.0
+    # resource/v1beta1/zz_generated.prerelease-lifecycle.go), and a server of that minor
+    # serves none of them whatever the flag (k8s.io/apiserver v0.38.0-beta.0
+    # pkg/server/deleted_kinds.go): not named.
+    "1.38": (
+        "resource.k8s.io/v1beta2=true",
+        "resource.k8s.io/v1alpha3=true",
+        "scheduling.k8s.io/v1beta1=true",
+        "scheduling.k8s.io/v1alpha3=true",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Release:
+    """A Kubernetes release k8s/releases lists (``version`` as it spells it)."""
+
+    version: str
+
+    @property
+    def minor(self) -> str:
+        """``1.38`` for ``v1.38.0-beta.0``."""
+        return ".".join(self.version.removeprefix("v").split(".")[:2])
+
+    @property
+    def id(self) -> str:
+        """What a test id says for it: ``k8s-1.38``."""
+        return f"k8s-{self.minor}"
+
+    @property
+    def feature_gates(self) -> tuple[str, ...]:
+        return _by_minor(DRA_FEATURE_GATES, self, "feature gates")
+
+    @property
+    def locked_feature_gates(self) -> tuple[str, ...]:
+        return _by_minor(LOCKED_DRA_FEATURE_GATES, self, "locked feature gates")
+
+    @property
+    def removed_feature_gates(self) -> tuple[str, ...]:
+        return _by_minor(REMOVED_DRA_FEATURE_GATES, self, "removed feature gates")
+
+    @property
+    def runtime_config(self) -> tuple[str, ...]:
+        return _by_minor(RUNTIME_CONFIG, self, "runtime config")
+
+    def __str__(self) -> str:
+        return self.version
+
+
+def _by_minor(table: dict[str, tuple[str, ...]], release: Release, what: str) -> tuple[str, ...]:
+    try:
+        return table[release.minor]
+    except KeyError:
+        raise LookupError(f"tests/k8scluster.py has no {what} for Kubernetes {release}") from None
+
+
+def listed_releases() -> tuple[Release, ...]:
+    """Every release k8s/releases lists, oldest first (what ``make k8s`` builds)."""
+    lines = (line.strip() for line in RELEASES_FILE.read_text().splitlines())
+    return tuple(Release(line) for line in lines if line and not line.startswith("#"))
+
+
+def find_release(wanted: str) -> Release:
+    """The release of k8s/releases that ``wanted`` names: ``v1.38.0-beta.0``, or its minor
+    version ``1.38`` (``v1.38``)."""
+    want = wanted.strip().removeprefix("v")
+    listed = listed_releases()
+    for release in listed:
+        version = release.version.removeprefix("v")
+        if version == want or version.startswith(f"{want}."):
+            return release
+    names = ", ".join(str(r) for r in listed)
+    raise LookupError(f"{wanted!r} is none of k8s/releases ({names})")
+
+
+def releases() -> tuple[Release, ...]:
+    """The releases the ``k8s`` tests run on: all of k8s/releases, or those that
+    ``DRALET_K8S_RELEASES`` names (comma-separated, as find_release takes them)."""
+    chosen = os.environ.get(RELEASES_ENV, "").strip()
+    if not chosen:
+        return listed_releases()
+    picked: list[Release] = []
+    for wanted in chosen.split(","):
+        try:
+            release = find_release(wanted)
+        except LookupError as error:
+            raise LookupError(f"{RELEASES_ENV}: {error}") from None
+        if release not in picked:
+            picked.append(release)
+    return tuple(picked)
+
+
+def default_release() -> Release:
+    """The release every ``k8s`` test runs on (those marked every_k8s_release run on all):
+    the first that ``releases()`` gives."""
+    return releases()[0]
+
+
+def _print(*args: str) -> Path:
+    out = subprocess.run(
+        [str(BUILD_SCRIPT), *args], check=True, capture_output=True, text=True
+    ).stdout
+    return Path(out.strip())
+
+
+def binary_dir(release: Release | None = None) -> Path:
+    """The cache folder ``make k8s`` builds a release into (default: default_release())."""
+    return _print("--print", str(release or default_release()))
+
+
+def containerd_dir() -> Path:
+    """The cache folder of containerd, its runc shim and ctr (one for every release)."""
+    return _print("--print-containerd")
+
+
 # Every request of a ServiceAccount in the driver's namespace is logged, so tests can
 # compare what the driver did with what deploy/'s RBAC grants.
 AUDIT_POLICY = {
@@ -91,23 +258,16 @@ class ClusterUnavailable(Exception):
     """The binaries are missing (no Go toolchain, or ``make k8s`` not run)."""
 
 
-def binary_dir() -> Path:
-    """The cache folder ``make k8s`` builds into, for the release k8s/go.mod pins."""
-    out = subprocess.run(
-        [str(BUILD_SCRIPT), "--print"], check=True, capture_output=True, text=True
-    ).stdout
-    return Path(out.strip())
-
-
-def missing_binaries() -> str:
-    """Why the cluster cannot start here ('' when it can)."""
-    folder = binary_dir()
+def missing_binaries(release: Release | None = None) -> str:
+    """Why the cluster of a release cannot start here ('' when it can)."""
+    release = release or default_release()
+    folder = binary_dir(release)
     missing = [b for b in BINARIES if not (folder / b).is_file()]
     if not missing:
         return ""
     go = "" if shutil.which("go") else "; Go is not installed"
     names = ", ".join(missing)
-    return f"Kubernetes binaries not built ({names} missing in {folder}: run make k8s){go}"
+    return f"Kubernetes {release} not built ({names} missing in {folder}: run make k8s){go}"
 
 
 def free_port() -> int:
@@ -212,14 +372,33 @@ class _Authority:
 class Cluster:
     """A running control plane; ``start()`` it, ``stop()`` it (or use ``with``)."""
 
-    binaries: Path = field(default_factory=binary_dir)
-    feature_gates: Sequence[str] = DRA_FEATURE_GATES
+    release: Release = field(default_factory=default_release)
+    binaries: Path | None = None
+    """Where the release's binaries are (default: where ``make k8s`` builds them)."""
+    feature_gates: Sequence[str] | None = None
+    """Which feature gates to turn on (default: the release's DRA gates)."""
     components: Sequence[str] = BINARIES
     """Which of the four to run (in order; etcd and kube-apiserver always)."""
     workdir: Path = field(init=False)
     url: str = field(init=False, default="")
     admin_kubeconfig: Path = field(init=False)
     processes: dict[str, subprocess.Popen[bytes]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.binaries is None:
+            self.binaries = binary_dir(self.release)
+        if self.feature_gates is None:
+            self.feature_gates = self.release.feature_gates
+
+    @property
+    def folder(self) -> Path:
+        assert self.binaries is not None
+        return self.binaries
+
+    @property
+    def gates(self) -> Sequence[str]:
+        assert self.feature_gates is not None
+        return self.feature_gates
 
     def __enter__(self) -> Cluster:
         self.start()
@@ -289,7 +468,7 @@ class Cluster:
             return
         log = (self.workdir / f"{name}.log").open("wb")
         self.processes[name] = subprocess.Popen(
-            [str(self.binaries / name), *args],
+            [str(self.folder / name), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -326,9 +505,9 @@ class Cluster:
         raise RuntimeError(f"kube-apiserver not healthy within {START_TIMEOUT}s: {last}")
 
     def start(self) -> None:
-        missing = [b for b in BINARIES if not (self.binaries / b).is_file()]
+        missing = [b for b in BINARIES if not (self.folder / b).is_file()]
         if missing:
-            raise ClusterUnavailable(missing_binaries())
+            raise ClusterUnavailable(missing_binaries(self.release))
         self.workdir = Path(tempfile.mkdtemp(prefix="dralet-k8s-"))
         try:
             self._start()
@@ -362,7 +541,7 @@ class Cluster:
                 f"--listen-peer-url=http://127.0.0.1:{etcd_peer}",
             ],
         )
-        gates = ",".join(f"{gate}=true" for gate in self.feature_gates)
+        gates = ",".join(f"{gate}=true" for gate in self.gates)
         w = self.workdir
         self._spawn(
             "kube-apiserver",
@@ -382,7 +561,7 @@ class Cluster:
                 f"--service-account-signing-key-file={w / 'sa.key'}",
                 "--authorization-mode=Node,RBAC",
                 "--service-cluster-ip-range=10.0.0.0/24",
-                f"--runtime-config={','.join(RUNTIME_CONFIG)}",
+                f"--runtime-config={','.join(self.release.runtime_config)}",
                 f"--feature-gates={gates}",
                 "--profiling=false",
                 f"--audit-policy-file={w / 'audit-policy.yaml'}",
@@ -453,3 +632,30 @@ class Cluster:
         self.processes.clear()
         if getattr(self, "workdir", None) is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@dataclass
+class ClusterPool:
+    """One control plane per release, started the first time a test asks for it and kept
+    until ``stop()``; a release whose start failed fails again at once."""
+
+    clusters: dict[Release, Cluster] = field(default_factory=dict)
+    failures: dict[Release, Exception] = field(default_factory=dict)
+
+    def get(self, release: Release) -> Cluster:
+        if release in self.failures:
+            raise self.failures[release]
+        if release not in self.clusters:
+            cluster = Cluster(release=release)
+            try:
+                cluster.start()
+            except Exception as exc:
+                self.failures[release] = exc
+                raise
+            self.clusters[release] = cluster
+        return self.clusters[release]
+
+    def stop(self) -> None:
+        for cluster in self.clusters.values():
+            cluster.stop()
+        self.clusters.clear()

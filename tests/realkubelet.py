@@ -1,5 +1,5 @@
-"""An optional real kubelet for the ``k8s`` tests: upstream's kubelet 1.37 with containerd
-2.x and runc (Debian's), registered with the session's control plane as a node of its own,
+"""An optional real kubelet for the ``k8s`` tests: upstream's kubelet of the cluster's release
+with containerd 2.x and runc (Debian's), registered with that control plane as a node of its own,
 so a pod's claims are prepared by the kubelet itself and its containers are created by
 containerd from dralet's CDI specs.
 
@@ -37,22 +37,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness import podman
-from tests.k8scluster import binary_dir
+from tests.k8scluster import Release, binary_dir, containerd_dir
 
-__all__ = ["BINARIES", "BUSYBOX_IMAGE", "RealKubelet", "missing", "real_kubelet"]
+__all__ = ["BUSYBOX_IMAGE", "RealKubelet", "missing", "real_kubelet"]
 
-BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr")
+KUBELET = "kubelet"
+CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 BUSYBOX_IMAGE = "localhost/busybox:dralet"
 PAUSE_IMAGE = "localhost/pause:dralet"
 READY_WITHIN = 90.0
 
 
-def missing() -> str:
-    """Why a real kubelet cannot run here ('' when it can)."""
-    folder = binary_dir()
-    absent = [b for b in BINARIES if not (folder / b).is_file()]
-    if absent:
-        return f"{', '.join(absent)} not built in {folder} (make k8s)"
+def missing(release: Release) -> str:
+    """Why a real kubelet of ``release`` cannot run here ('' when it can)."""
+    for folder, names in (
+        (binary_dir(release), (KUBELET,)),
+        (containerd_dir(), CONTAINERD_BINARIES),
+    ):
+        absent = [b for b in names if not (folder / b).is_file()]
+        if absent:
+            return f"{', '.join(absent)} not built in {folder} (make k8s)"
     if os.geteuid() != 0:
         return "a kubelet and containerd need root"
     if shutil.which("runc") is None:
@@ -188,13 +192,15 @@ def _wait_socket(path: Path, process: subprocess.Popen[bytes], within: float) ->
 
 @contextlib.contextmanager
 def real_kubelet(
-    admin_kubeconfig: Path, *, node_name: str = "kubelet-node"
+    admin_kubeconfig: Path, *, release: Release, node_name: str = "kubelet-node"
 ) -> Iterator[RealKubelet]:
-    """containerd and a kubelet registered as ``node_name``; both stopped, their mounts
-    and files removed, on exit."""
-    folder = binary_dir()
+    """containerd and a kubelet of ``release`` registered as ``node_name``; both stopped,
+    their mounts and files removed, on exit."""
+    folder = binary_dir(release)
+    runtime = containerd_dir()
     root = Path(tempfile.mkdtemp(prefix="dralet-kubelet-"))
-    env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+    # containerd finds its runc shim on the PATH.
+    env = {**os.environ, "PATH": f"{runtime}:{os.environ['PATH']}"}
     containerd: subprocess.Popen[bytes] | None = None
     kubelet: subprocess.Popen[bytes] | None = None
     logs_before = {d: set(_entries(d)) for d in LOG_DIRS}
@@ -206,16 +212,16 @@ def real_kubelet(
         containerd_config, kubelet_config = _write_configs(root, node_ip)
         with open(root / "containerd.log", "wb") as out:
             containerd = subprocess.Popen(
-                [str(folder / "containerd"), "--config", str(containerd_config)],
+                [str(runtime / "containerd"), "--config", str(containerd_config)],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
         _wait_socket(root / "containerd.sock", containerd, 30)
-        ctr = [str(folder / "ctr"), "-a", str(root / "containerd.sock"), "-n", "k8s.io"]
+        ctr = [str(runtime / "ctr"), "-a", str(root / "containerd.sock"), "-n", "k8s.io"]
         _images(root, ctr)
         with open(root / "kubelet.log", "wb") as out:
             kubelet = subprocess.Popen(
                 [
-                    str(folder / "kubelet"),
+                    str(folder / KUBELET),
                     "--config", str(kubelet_config),
                     "--kubeconfig", str(admin_kubeconfig),
                     "--root-dir", str(root / "kubelet"),

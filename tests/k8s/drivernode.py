@@ -52,16 +52,17 @@ class Node:
 
 @pytest.fixture
 async def node(k8s_api: ClusterApi, short_tmp: Path) -> AsyncIterator[Node]:
+    # The driver's kubeconfig first: making it may skip the test (no helm to render the
+    # chart's ServiceAccount), which must leave no heartbeat running.
+    kubeconfig = k8s_api.driver_kubeconfig()
     async with await kube.connect(kubeconfig=k8s_api.cluster.admin_kubeconfig) as admin:
         heartbeat = asyncio.create_task(NodeHeartbeat(admin, NODE).run())
         paths = DriverPaths(short_tmp, driver_name=DRIVER, node_name=NODE)
         driver = DriverProcess(
-            driver_args(
-                paths, api_url=None, extra=["--kubeconfig", str(k8s_api.driver_kubeconfig())]
-            ),
+            driver_args(paths, api_url=None, extra=["--kubeconfig", str(kubeconfig)]),
             log_path=short_tmp / "driver.log",
         )
-        kubelet = KubeletEmulator(paths.registry_dir, kubelet_version="1.37")
+        kubelet = KubeletEmulator(paths.registry_dir, kubelet_version=k8s_api.kubernetes_version)
         try:
             await eventually(lambda: k8s_api.get("Node", NODE), "node registered")
             k8s_api.create(

@@ -1,5 +1,6 @@
-"""The real control plane itself: what it serves, that the scheduler places pods on a
-node the kubelet emulator keeps Ready, and that stopping it leaves nothing behind."""
+"""The real control plane of each release CI builds: what it serves, its feature gates, that
+the scheduler places pods on a node the kubelet emulator keeps Ready, and that stopping it
+leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -13,12 +14,18 @@ import pytest
 from dralet import kube
 from dralet.kubelet import NodeHeartbeat
 from tests.k8sapi import ClusterApi, ClusterApiError
-from tests.k8scluster import DRA_FEATURE_GATES, Cluster
+from tests.k8scluster import Cluster, Release
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, K8S_TIMEOUT]
+pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, K8S_TIMEOUT]
 
 WAIT = 60.0
+SERVED_RESOURCE_VERSIONS = {
+    "1.37": {"v1", "v1beta2", "v1beta1", "v1alpha3"},
+    # v1beta1 is removed in 1.38 (k8s.io/api v0.38.0-beta.0
+    # resource/v1beta1/zz_generated.prerelease-lifecycle.go).
+    "1.38": {"v1", "v1beta2", "v1alpha3"},
+}
 
 
 async def eventually(check: object, what: str, within: float = WAIT) -> None:
@@ -35,22 +42,31 @@ async def admin(k8s_api: ClusterApi) -> AsyncIterator[kube.KubeClient]:
         yield client
 
 
-def test_serves_every_resource_version_of_1_37(k8s_api: ClusterApi) -> None:
-    assert k8s_api.request("GET", "/version")["gitVersion"] == "v1.37.2"
+def test_serves_the_resource_versions_of_its_release(
+    k8s_api: ClusterApi, k8s_release: Release
+) -> None:
+    assert k8s_api.request("GET", "/version")["gitVersion"] == k8s_release.version
     group = k8s_api.request("GET", "/apis/resource.k8s.io")
     served = {v["version"] for v in group["versions"]}
-    assert {"v1", "v1beta2", "v1beta1"} <= served
+    assert served == SERVED_RESOURCE_VERSIONS[k8s_release.minor]
     assert group["preferredVersion"]["version"] == "v1"
+    assert set(k8s_api.versions) <= served
 
 
-def test_every_dra_feature_gate_is_on(k8s_api: ClusterApi) -> None:
-    metrics = k8s_api.request_text("/metrics")
-    enabled = {
-        line.split('name="')[1].split('"')[0]
-        for line in metrics.splitlines()
-        if line.startswith("kubernetes_feature_enabled{") and line.rstrip().endswith(" 1")
-    }
-    assert set(DRA_FEATURE_GATES) <= enabled, set(DRA_FEATURE_GATES) - enabled
+def _feature_gates(k8s_api: ClusterApi) -> dict[str, bool]:
+    """Every gate the server knows, and whether it is on (from its metrics)."""
+    gates = {}
+    for line in k8s_api.request_text("/metrics").splitlines():
+        if line.startswith("kubernetes_feature_enabled{"):
+            gates[line.split('name="')[1].split('"')[0]] = line.rstrip().endswith(" 1")
+    return gates
+
+
+def test_every_dra_feature_gate_is_on(k8s_api: ClusterApi, k8s_release: Release) -> None:
+    gates = _feature_gates(k8s_api)
+    wanted = {*k8s_release.feature_gates, *k8s_release.locked_feature_gates}
+    assert wanted <= {name for name, on in gates.items() if on}, wanted - set(gates)
+    assert not set(k8s_release.removed_feature_gates) & set(gates)
 
 
 async def test_the_scheduler_binds_a_pod_to_a_node_kept_ready(
@@ -99,7 +115,7 @@ async def test_the_scheduler_binds_a_pod_to_a_node_kept_ready(
 def test_stop_ends_every_process_and_removes_its_files(k8s_cluster: Cluster) -> None:
     # The session's cluster proves start; a second one (etcd and kube-apiserver are
     # enough to show the clean-up) proves stop.
-    cluster = Cluster(components=("etcd", "kube-apiserver"))
+    cluster = Cluster(release=k8s_cluster.release, components=("etcd", "kube-apiserver"))
     cluster.start()
     pids = [p.pid for p in cluster.processes.values()]
     workdir = cluster.workdir

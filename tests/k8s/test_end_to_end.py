@@ -14,7 +14,7 @@ from dralet.kubelet import KubeletClaim
 from tests.k8s.drivernode import DRIVER, NODE, Node, eventually
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, pytest.mark.e2e, K8S_TIMEOUT]
+pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, pytest.mark.e2e, K8S_TIMEOUT]
 
 NS = "default"
 
@@ -119,14 +119,26 @@ async def test_pod_with_a_claim_template(node: Node) -> None:
     )
 
 
-async def test_a_v1beta1_claim_is_allocated_prepared_and_released(node: Node) -> None:
+def oldest_request(version: str) -> dict[str, Any]:
+    """A one-device request as ``version`` spells it (v1beta1 without ``exactly``)."""
+    if version == "v1beta1":
+        return {"name": "gpu", "deviceClassName": DRIVER}
+    return {"name": "gpu", "exactly": {"deviceClassName": DRIVER}}
+
+
+async def test_a_claim_of_the_oldest_served_version_is_allocated_prepared_and_released(
+    node: Node,
+) -> None:
+    """v1beta1 on 1.37, v1beta2 on 1.38 (which serves no v1beta1)."""
     api = node.api
+    version = api.versions[-1]
+    assert version != api.preferred_version
     api.create(
         {
-            "apiVersion": "resource.k8s.io/v1beta1",
+            "apiVersion": f"resource.k8s.io/{version}",
             "kind": "ResourceClaim",
             "metadata": {"name": "shared", "namespace": NS},
-            "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": DRIVER}]}},
+            "spec": {"devices": {"requests": [oldest_request(version)]}},
         }
     )
     api.create(pod("infer", {"resourceClaimName": "shared"}))

@@ -1,4 +1,5 @@
-"""dralet with a real kubelet (1.37, containerd 2, runc): the kubelet registers the
+"""dralet with a real kubelet (of each release CI builds, with containerd 2 and runc): the
+kubelet registers the
 example driver from its plugin registry, the scheduler allocates a pod's claim, the
 kubelet calls NodePrepareResources, containerd creates the container from dralet's CDI
 spec (the container sees the device node and the environment), and when the pod has
@@ -24,7 +25,7 @@ from tests.k8s.drivernode import eventually
 from tests.k8sapi import ClusterApi
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, pytest.mark.e2e, K8S_TIMEOUT]
+pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, pytest.mark.e2e, K8S_TIMEOUT]
 
 DRIVER = "gpu.example.com"
 NS = "default"
@@ -33,12 +34,13 @@ WAIT = 120.0
 
 @pytest.fixture
 async def kubelet(k8s_api: ClusterApi) -> AsyncIterator[realkubelet.RealKubelet]:
-    reason = realkubelet.missing()
+    release = k8s_api.cluster.release
+    reason = realkubelet.missing(release)
     if reason:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI runs the real kubelet: {reason}", pytrace=False)
         pytest.skip(reason)
-    cm = realkubelet.real_kubelet(k8s_api.cluster.admin_kubeconfig)
+    cm = realkubelet.real_kubelet(k8s_api.cluster.admin_kubeconfig, release=release)
     node = await asyncio.to_thread(cm.__enter__)
     try:
         yield node

@@ -1,7 +1,8 @@
 """``dralet simulate`` against the real kube-scheduler: the same cluster state (a node's
 ResourceSlice, a DeviceClass, ResourceClaims and the Pods that use them) is given to
-kube-scheduler 1.37 and to ``dralet simulate``; each pod must get the same verdict
-(scheduled or unschedulable) and each claim the same devices.
+the kube-scheduler of each release CI builds (k8s/releases, a run per release) and to
+``dralet simulate`` at that release; each pod must get the same verdict (scheduled or
+unschedulable) and each claim the same devices.
 
 Every scenario is one node with one pool (its devices in one slice, its shared counters
 in another), so the allocation is deterministic (the structured allocator walks a
@@ -34,13 +35,12 @@ import yaml
 
 from dralet import kube
 from dralet.allocation.quantity import parse_quantity
-from dralet.cli.simulate import SUPPORTED_KUBERNETES_VERSIONS as SIMULATE_VERSIONS
 from dralet.kubelet import NodeHeartbeat
 from tests.k8s.drivernode import eventually
 from tests.k8sapi import ClusterApi
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, K8S_TIMEOUT]
+pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, K8S_TIMEOUT]
 
 DRIVER = "gpu.example.com"
 NS = "default"
@@ -53,8 +53,6 @@ GATES = ("--feature-gate", "DRAListTypeAttributes=true")
 """The cluster's gates simulate must be told of (its default is the release's)."""
 SCHEDULER_CACHE_GRACE = 3.0
 """Seconds between creating the slices and the first pod (see the test)."""
-TARGET = SIMULATE_VERSIONS[-1]
-"""The newest scheduler behaviour simulate knows; the server is 1.37."""
 
 
 def _selector(rng: random.Random) -> list[dict[str, Any]]:
@@ -421,16 +419,16 @@ async def scheduler_verdicts(
     return verdicts, claims
 
 
-def _simulate(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _simulate(target: str, path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``dralet simulate`` as the cluster's scheduler runs: its release, its gates."""
-    command = [sys.executable, "-m", "dralet.cli.main", "simulate", "-k", TARGET, *GATES, *args]
+    command = [sys.executable, "-m", "dralet.cli.main", "simulate", "-k", target, *GATES, *args]
     return subprocess.run(
         [*command, str(path)], capture_output=True, text=True, check=False, timeout=60
     )
 
 
 def simulate_verdicts(
-    parts: dict[str, list[dict[str, Any]]], tmp_path: Path
+    parts: dict[str, list[dict[str, Any]]], tmp_path: Path, target: str
 ) -> tuple[dict[str, bool], dict[str, Picked | None]]:
     path = tmp_path / "state.yaml"
     path.write_text(
@@ -438,7 +436,7 @@ def simulate_verdicts(
             [_class(), *parts["slices"], *parts["rules"], *parts["claims"], *parts["pods"]]
         )
     )
-    out = _simulate(path, "-o", "json")
+    out = _simulate(target, path, "-o", "json")
     assert out.returncode in (0, 1), out.stderr
     report = json.loads(out.stdout)
     verdicts = {p["name"]: p["status"] == "scheduled" for p in report["pods"]}
@@ -499,7 +497,7 @@ async def test_simulate_agrees_with_kube_scheduler(
     await asyncio.sleep(SCHEDULER_CACHE_GRACE)
     for parts in every:
         real_pods, real_claims = await scheduler_verdicts(k8s_api, parts)
-        sim_pods, sim_claims = simulate_verdicts(parts, tmp_path)
+        sim_pods, sim_claims = simulate_verdicts(parts, tmp_path, k8s_api.kubernetes_version)
         pods += len(real_pods)
         unschedulable += sum(not scheduled for scheduled in real_pods.values())
         for pod, scheduled in real_pods.items():
@@ -629,7 +627,7 @@ async def test_binding_conditions_agree_with_kube_scheduler(
             path.write_text(
                 yaml.safe_dump_all([_class(), *parts["slices"], *parts["claims"], *parts["pods"]])
             )
-            out = await asyncio.to_thread(_simulate, path, "-o", "json")
+            out = await asyncio.to_thread(_simulate, k8s_api.kubernetes_version, path, "-o", "json")
             report = json.loads(out.stdout)
             simulated = {
                 c["name"]: [
@@ -643,7 +641,7 @@ async def test_binding_conditions_agree_with_kube_scheduler(
                 f"{name}-p0-c0": [("local-0", [])],
                 f"{name}-p1-c0": [("fabric-0", [ATTACHED])],
             }
-            table = (await asyncio.to_thread(_simulate, path)).stdout
+            table = (await asyncio.to_thread(_simulate, k8s_api.kubernetes_version, path)).stdout
             assert f"waits for binding conditions {ATTACHED}" in table
 
             k8s_api.patch(

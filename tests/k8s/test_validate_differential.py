@@ -5,8 +5,9 @@ server's verdict must be validate's verdict (errors of the schema and API rules;
 rules DRA1xx are beyond what a server checks), and where both refuse, validate must name
 a field the server names.
 
-Validation is judged at the newest release ``dralet validate`` knows; the server is 1.37
-with every DRA gate on (tests/k8scluster.py), so validate runs with the one gate it takes,
+Each release CI builds (k8s/releases) is a run of its own: validation is judged at the
+cluster's own release (``validate -k 1.38`` against kube-apiserver 1.38), whose server runs with
+every DRA gate on (tests/k8scluster.py), so validate runs with the one gate it takes,
 DRAListTypeAttributes, on as well.
 """
 
@@ -30,14 +31,14 @@ from hypothesis import strategies as st
 from dralet import kubenames
 from dralet.validation import engine
 from dralet.validation.documents import Source
-from dralet.validation.targets import SUPPORTED_KUBERNETES_VERSIONS, Target
+from dralet.validation.targets import Target
 from tests.k8sapi import _KINDS, ClusterApi, ClusterApiError
+from tests.k8scluster import Cluster, Release
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, K8S_TIMEOUT]
+pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, K8S_TIMEOUT]
 
 CORPUS = Path(__file__).resolve().parent.parent / "cli" / "manifests"
-TARGET = SUPPORTED_KUBERNETES_VERSIONS[-1]
 GATES = ["--feature-gate", "DRAListTypeAttributes=true"]
 
 # (file, document index): why validate and the server disagree. Each is a finding.
@@ -63,7 +64,7 @@ Verdict = list[tuple[str, str]]
 """(field, message) of each error; an empty list accepts."""
 
 
-def validate_verdicts(docs: list[dict[str, Any]], tmp_path: Path) -> list[Verdict]:
+def validate_verdicts(docs: list[dict[str, Any]], tmp_path: Path, target: str) -> list[Verdict]:
     """Each document's errors from one ``dralet validate`` run over one file per document."""
     paths = []
     for number, doc in enumerate(docs):
@@ -71,7 +72,7 @@ def validate_verdicts(docs: list[dict[str, Any]], tmp_path: Path) -> list[Verdic
         path.write_text(yaml.safe_dump(doc))
         paths.append(path)
     out = subprocess.run(
-        [sys.executable, "-m", "dralet.cli.main", "validate", "-k", TARGET, *GATES, "-o", "json"]
+        [sys.executable, "-m", "dralet.cli.main", "validate", "-k", target, *GATES, "-o", "json"]
         + [str(p) for p in paths],
         capture_output=True,
         text=True,
@@ -84,10 +85,10 @@ def validate_verdicts(docs: list[dict[str, Any]], tmp_path: Path) -> list[Verdic
     return [errors[str(p)] for p in paths]
 
 
-def validate_in_process(doc: dict[str, Any]) -> Verdict:
+def validate_in_process(doc: dict[str, Any], target: str) -> Verdict:
     report = engine.validate_sources(
         [Source("mutant.yaml", yaml.safe_dump(doc))],
-        target=Target(TARGET, list_type_attributes=True),
+        target=Target(target, list_type_attributes=True),
     )
     return [
         (d.field, f"{d.rule} {d.message}")
@@ -178,12 +179,13 @@ def same_field(mine: Verdict, server: Verdict) -> bool:
 
 
 def test_validate_agrees_with_the_server_on_every_corpus_object(
-    k8s_api: ClusterApi, tmp_path: Path
+    k8s_api: ClusterApi, k8s_release: Release, tmp_path: Path
 ) -> None:
+    target = k8s_release.minor
     disagreements = []
     seen_known = set()
     corpus = documents()
-    verdicts = validate_verdicts([doc for _, _, doc in corpus], tmp_path)
+    verdicts = validate_verdicts([doc for _, _, doc in corpus], tmp_path, target)
     for (name, index, doc), mine in zip(corpus, verdicts, strict=True):
         server = server_verdict(k8s_api, doc)
         if bool(mine) == bool(server) and same_field(mine, server):
@@ -196,7 +198,8 @@ def test_validate_agrees_with_the_server_on_every_corpus_object(
         )
     refused = sum(bool(v) for v in verdicts)
     print(
-        f"\nvalidate -k {TARGET} vs kube-apiserver 1.37: {len(corpus) - len(disagreements)} of "
+        f"\nvalidate -k {target} vs kube-apiserver {k8s_release}: "
+        f"{len(corpus) - len(disagreements)} of "
         f"{len(corpus)} corpus objects agree ({refused} refused by validate)"
     )
     assert disagreements == [], "\n".join(disagreements)
@@ -221,15 +224,15 @@ BAD_STRINGS = (
 BAD_NUMBERS = (-1, 0, 2**31, 10**6)
 
 
-def mutation_seeds() -> list[dict[str, Any]]:
-    """The DRA objects of the corpus (every resource.k8s.io version 1.37 serves) that
-    validate accepts as they are."""
+def mutation_seeds(target: str) -> list[dict[str, Any]]:
+    """The DRA objects of the corpus (every resource.k8s.io version the target serves) that
+    validate accepts as they are at ``target``."""
     return [
         doc
         for name, _, doc in documents()
         if name.startswith("valid")
         and doc.get("kind") in MUTATED_KINDS
-        and not validate_in_process(doc)
+        and not validate_in_process(doc, target)
     ]
 
 
@@ -298,9 +301,10 @@ def mutants(draw: st.DrawFn, seeds: list[dict[str, Any]]) -> tuple[str, dict[str
 KNOWN_MUTANT_DIFFERENCES: dict[str, str] = {}
 
 
-def test_validate_agrees_with_the_server_on_generated_mutations(k8s_cluster: Any) -> None:
+def test_validate_agrees_with_the_server_on_generated_mutations(k8s_cluster: Cluster) -> None:
     api = ClusterApi(k8s_cluster)
-    seeds = mutation_seeds()
+    target = k8s_cluster.release.minor
+    seeds = mutation_seeds(target)
     assert len(seeds) >= 5, "the corpus lost its valid v1 objects"
 
     @settings(
@@ -317,7 +321,7 @@ def test_validate_agrees_with_the_server_on_generated_mutations(k8s_cluster: Any
         if label in seen:
             return
         seen.add(label)
-        mine = validate_in_process(mutant)
+        mine = validate_in_process(mutant, target)
         server = server_verdict(api, mutant)
         tally["refused by the server" if server else "accepted by the server"] += 1
         if bool(mine) == bool(server) and same_field(mine, server):
@@ -340,8 +344,8 @@ def test_validate_agrees_with_the_server_on_generated_mutations(k8s_cluster: Any
     finally:
         api.reset()
     print(
-        f"\nvalidate -k {TARGET} vs kube-apiserver 1.37 on {len(seen)} distinct mutations: "
-        + ", ".join(f"{n} {what}" for what, n in sorted(tally.items()))
+        f"\nvalidate -k {target} vs kube-apiserver {k8s_cluster.release} on {len(seen)} "
+        "distinct mutations: " + ", ".join(f"{n} {what}" for what, n in sorted(tally.items()))
     )
     assert disagreements == [], "\n".join(disagreements)
     assert known == set(KNOWN_MUTANT_DIFFERENCES), "a known difference is gone: drop it"
