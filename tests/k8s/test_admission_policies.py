@@ -26,7 +26,7 @@ from tests.k8sapi import (
 )
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, K8S_TIMEOUT]
+pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, K8S_TIMEOUT]
 
 DRIVER = "gpu.example.com"
 POLICY_KINDS = {

@@ -18,10 +18,10 @@ import pytest
 
 from dralet.node.claims.devicemetadata import MetadataFiles
 from dralet.testing import MemoryClaims, allocated_claim, node_settings, running_node
-from tests.k8scluster import binary_dir
+from tests.k8scluster import Release, binary_dir
 from tests.node.test_device_metadata import DRIVER, UID, WithMetadata, stream
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release]
 
 CASES = {
     "plain": ([("gpu", "gpu-0"), ("gpu", "gpu-1"), ("nic", "gpu-2")], {}),
@@ -32,8 +32,9 @@ CASES = {
 }
 
 
-def decoder() -> Path:
-    path = binary_dir() / "devicemetadata-decode"
+def decoder(release: Release) -> Path:
+    """Upstream's reader at ``release`` (k8s.io/dynamic-resource-allocation of that release)."""
+    path = binary_dir(release) / "devicemetadata-decode"
     if not path.is_file():
         reason = f"{path} is missing: run make k8s"
         if os.environ.get("CI") == "true":
@@ -51,9 +52,9 @@ def decode(tool: Path, path: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize("case", list(CASES))
 async def test_upstreams_reader_decodes_and_validates_every_file(
-    short_tmp: Path, case: str
+    short_tmp: Path, case: str, k8s_release: Release
 ) -> None:
-    tool = decoder()
+    tool = decoder(k8s_release)
     devices, annotations = CASES[case]
     settings = dataclasses.replace(
         node_settings(short_tmp / "node", driver_name=DRIVER), device_metadata=True

@@ -1,9 +1,9 @@
-"""The claim device status writer on the real kube-apiserver 1.37, with the chart's
-``deviceStatus.write`` RBAC and admission policy and the token a driver pod on node-a
-really has: ``ClaimClient.apply_device_status`` (what the engine calls after a prepare and
-before its finalizer goes) writes and removes the driver's entries of a claim allocated on
-node-a and leaves another driver's alone; the server itself refuses the pod on node-b
-(``associated-node:patch`` on ``resourceclaims/driver``, 1.36+) and a token naming no
+"""The claim device status writer on the real kube-apiserver of each release CI builds, with
+the chart's ``deviceStatus.write`` RBAC and admission policy and the token a driver pod on
+node-a really has: ``ClaimClient.apply_device_status`` (what the engine calls after a
+prepare and before its finalizer goes) writes and removes the driver's entries of a claim
+allocated on node-a and leaves another driver's alone; the server itself refuses the pod on
+node-b (``associated-node:patch`` on ``resourceclaims/driver``, 1.36+) and a token naming no
 node, and the policy refuses any other change of the status."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tests.k8sapi import KUBERNETES_VERSION, ClusterApi, driver_account, driver_
 from tests.kubefixtures import K8S_TIMEOUT
 from tests.kubeobjects import ready_status
 
-pytestmark = [pytest.mark.k8s, K8S_TIMEOUT]
+pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, K8S_TIMEOUT]
 
 DRIVER = "gpu.example.com"
 OTHER = "net.example.com"

@@ -1,7 +1,7 @@
-"""hostdev on real Kubernetes 1.37: the API server accepts what it publishes (a shared
-device with consumable capacity, an exclusive one), kube-scheduler allocates the shared
-device to two claims (each with its shareID) and the exclusive one to one pod only, and
-the driver prepares what was allocated."""
+"""hostdev on real Kubernetes (each release CI builds): the API server accepts what it
+publishes (a shared device with consumable capacity, an exclusive one), kube-scheduler
+allocates the shared device to two claims (each with its shareID) and the exclusive one to
+one pod only, and the driver prepares what was allocated."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tests.k8s.drivernode import NODE, eventually
 from tests.k8sapi import ClusterApi
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, pytest.mark.e2e, K8S_TIMEOUT]
+pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, pytest.mark.e2e, K8S_TIMEOUT]
 
 DRIVER = "hostdev.example.com"
 NS = "default"
@@ -64,7 +64,7 @@ async def hostdev_node(
             ),
             log_path=short_tmp / "driver.log",
         )
-        kubelet = KubeletEmulator(paths.registry_dir, kubelet_version="1.37")
+        kubelet = KubeletEmulator(paths.registry_dir, kubelet_version=k8s_api.kubernetes_version)
         try:
             await eventually(lambda: k8s_api.get("Node", NODE), "node registered")
             for group in GROUPS:

@@ -16,7 +16,7 @@ from tests.k8s.drivernode import DRIVER, NODE, Node, eventually
 from tests.k8sapi import PROBE_USER_AGENT, driver_account, driver_identity
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, pytest.mark.e2e, K8S_TIMEOUT]
+pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, pytest.mark.e2e, K8S_TIMEOUT]
 
 
 def granted() -> set[tuple[str, str, str]]:

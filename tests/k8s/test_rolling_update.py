@@ -1,6 +1,6 @@
-"""A rolling update of the driver on real Kubernetes 1.37 (seamless upgrade, 1.33+): a
-second instance starts beside the first with its own sockets (``--pod-uid``), the old
-one stops; a claim the old instance prepared is unprepared by the new one, and the
+"""A rolling update of the driver on real Kubernetes, each release CI builds (seamless upgrade,
+1.33+): a second instance starts beside the first with its own sockets (``--pod-uid``), the
+old one stops; a claim the old instance prepared is unprepared by the new one, and the
 node's devices stay published all along: no moment without them, no flapping."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.k8s.drivernode import DRIVER, NODE, Node, eventually
 from tests.k8s.test_end_to_end import pod, run_pod
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, pytest.mark.e2e, K8S_TIMEOUT]
+pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, pytest.mark.e2e, K8S_TIMEOUT]
 
 NEW_POD_UID = "0b6a3f3e-7c2d-4c55-8a0e-2f1d9c4b7a61"
 NS = "default"

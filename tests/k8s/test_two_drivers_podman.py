@@ -1,9 +1,9 @@
-"""Two drivers side by side on one node of real Kubernetes 1.37, and a real container:
-a pod asks for a simulated GPU (the example driver) and a device node (hostdev) through
-two ResourceClaimTemplates; the controller-manager makes the claims, the scheduler
-allocates both and binds the pod, the kubelet emulator prepares each claim through its
-own driver, and podman starts the container with both claims' CDI devices. Deleting the
-pod unprepares both, the finalizers go, and the claims are deleted."""
+"""Two drivers side by side on one node of real Kubernetes (each release CI builds), and a real
+container: a pod asks for a simulated GPU (the example driver) and a device node (hostdev)
+through two ResourceClaimTemplates; the controller-manager makes the claims, the scheduler
+allocates both and binds the pod, the kubelet emulator prepares each claim through its own
+driver, and podman starts the container with both claims' CDI devices. Deleting the pod
+unprepares both, the finalizers go, and the claims are deleted."""
 
 from __future__ import annotations
 
@@ -20,7 +20,13 @@ from tests.hostdev.fakehost import FakeHost
 from tests.k8s.drivernode import DRIVER, NODE, Node, eventually
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, pytest.mark.e2e, pytest.mark.runtime, K8S_TIMEOUT]
+pytestmark = [
+    pytest.mark.k8s,
+    pytest.mark.every_k8s_release,
+    pytest.mark.e2e,
+    pytest.mark.runtime,
+    K8S_TIMEOUT,
+]
 
 AVAILABLE = podman.available()
 HOSTDEV = "hostdev.example.com"
