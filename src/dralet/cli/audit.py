@@ -35,6 +35,7 @@ import yaml
 
 from dralet import errors, logs
 from dralet.cdi import names as cdi_names
+from dralet.checkpoint import storefiles
 from dralet.cli import exits, options
 from dralet.drivers import example
 from dralet.kube import access
@@ -314,6 +315,13 @@ def wrap_prose(lines: Sequence[str], width: int | None) -> str:
     return "\n".join(out)
 
 
+def _had_records(settings: DriverSettings) -> bool:
+    """Whether a driver kept claim records here (a lost store's marker counts: the
+    audit then reports the loss)."""
+    marker = storefiles.marker_path(settings.store_path)
+    return os.path.lexists(records_path(settings)) or os.path.lexists(marker)
+
+
 def records_path(settings: DriverSettings) -> Path:
     """The file the claim records were read from: the record database, or the
     ``checkpoint.json`` of an older release it has not taken over yet."""
@@ -522,7 +530,7 @@ def command(
                 f"plugin dir {settings.plugin_dir}: no such directory (no driver "
                 f"{driver_name} has run on this node; check --plugin-dir and --driver-name)"
             )
-        if not (accept_lost_store or os.path.lexists(records_path(settings))):
+        if not (accept_lost_store or _had_records(settings)):
             raise AuditError(
                 f"{records_path(settings)}: no claim records (driver {driver_name} has not "
                 "started with this plugin dir; a started driver always has them)"
