@@ -68,10 +68,14 @@ SCHEMA_VERSION = 1
 
 FP_COMMIT_BEFORE = "store.commit.before"
 FP_COMMIT_AFTER = "store.commit.after"
+failpoints.declare(FP_COMMIT_BEFORE, FP_COMMIT_AFTER)
 FP_CHECKPOINT_BEFORE = "store.checkpoint.before"
 """Commits are durable in the write-ahead log, not yet copied into the database file."""
 FP_CHECKPOINT_AFTER = "store.checkpoint.after"
-failpoints.declare(FP_COMMIT_BEFORE, FP_COMMIT_AFTER, FP_CHECKPOINT_BEFORE, FP_CHECKPOINT_AFTER)
+CHECKPOINT_FAILPOINTS = (FP_CHECKPOINT_BEFORE, FP_CHECKPOINT_AFTER)
+"""Not declared with the others: a process reaches them about once (at the end of its
+recovery), so a campaign that fires a failpoint at its 2nd or 3rd hit could miss them;
+the crash suite arms them at their first hit in runs of their own."""
 
 CHECKPOINT_EVERY = 256
 """Commits between two copies of the log into the database file (``checkpoint``; about

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dralet import errors, failpoints, fsutil, gcpause
+from dralet import errors, fsutil, gcpause
 from dralet.cdi.store import SpecStamp
 from dralet.checkpoint import storefiles
 from dralet.checkpoint.database import Snapshot
@@ -48,9 +48,6 @@ log = logging.getLogger("dralet.node.claims")
 
 RETRY_MAX = 60.0
 ACCEPT_LOST_STORE = plan.ACCEPT_LOST_STORE
-FP_RECOVERY_OPENED = "recovery.after-open"
-"""A restart's recovery has read the records and repaired nothing yet."""
-failpoints.declare(FP_RECOVERY_OPENED)
 REVALIDATE_CHUNK = 256
 """Claims revalidated after a reboot under their locks at once."""
 
@@ -93,7 +90,6 @@ async def _recover(engine: ClaimEngine, *, retry_later: bool) -> RecoveryReport:
     try:
         await _refuse_lost_store(engine)
         records = await asyncio.to_thread(engine.store.open)
-        failpoints.hit(FP_RECOVERY_OPENED)
     except errors.CheckpointCorruptError as exc:
         return await _recover_corrupt(engine, exc, report)
     except OSError as exc:  # the disk, not the data: the driver serves and retries
