@@ -109,6 +109,8 @@ _COMPANIONS = ("-wal", "-shm")
 _SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
 """What a SQLite call raises on a damaged file (the second: its error message quotes
 damaged text)."""
+_NOT_UTF8 = "Could not decode to UTF-8"
+"""The start of the ``sqlite3`` module's error for text that is not UTF-8."""
 _TEXT_ERRORS = "surrogateescape"
 """How text that is not UTF-8 is read: every byte kept as a lone surrogate, which no row
 checksum can be computed over, so the row fails its own claim alone (``decode_row``)."""
@@ -344,7 +346,6 @@ class RecordDatabase:
                 timeout=30.0,
                 check_same_thread=False,
             )
-            conn.text_factory = _text
             conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             # FULL in WAL mode: every commit fsyncs the log, so a commit is durable.
             conn.execute("PRAGMA synchronous = FULL")
@@ -402,13 +403,14 @@ class RecordDatabase:
             with _transaction(conn):
                 for statement in _SCHEMA:
                     conn.execute(statement)
-                stored = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                found = _fetch(conn, "SELECT value FROM meta WHERE key = 'schema'")
+                stored = found[0] if found else None
                 if stored is None:
                     conn.execute(
                         "INSERT INTO meta VALUES ('schema', ?), ('driver', ?), ('boot_id', '')",
                         (str(SCHEMA_VERSION), self.driver),
                     )
-                elif not str(stored[0]).isdigit() or int(stored[0]) > SCHEMA_VERSION:
+                elif not str(stored[0]).isdigit() or int(str(stored[0])) > SCHEMA_VERSION:
                     raise errors.CheckpointCorruptError(
                         str(self.path),
                         f"written by a newer dralet (store schema {str(stored[0])[:16]}, "
@@ -425,8 +427,7 @@ class RecordDatabase:
         """Move the records of ``checkpoint.json`` in, once (raises if it is corrupt)."""
         if self.legacy is None:
             return
-        done = conn.execute("SELECT 1 FROM meta WHERE key = 'migrated'").fetchone()
-        if done is not None:
+        if _fetch(conn, "SELECT 1 FROM meta WHERE key = 'migrated'"):
             return
         old = CheckpointStore(self.legacy).load()  # raises CheckpointCorruptError
         records = list(old.claims.values())
@@ -449,7 +450,7 @@ class RecordDatabase:
     def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
         conn = self._connect()
         try:
-            return conn.execute(sql, args).fetchall()
+            return _fetch(conn, sql, args)
         except _SQLITE_ERRORS as exc:
             raise self._failure(exc) from exc
 
@@ -698,11 +699,12 @@ class RecordDatabase:
             for key in keys:
                 holder = granted.get(key)
                 if holder is None:
-                    row = conn.execute(
+                    rows = _fetch(
+                        conn,
                         "SELECT uid FROM holds WHERE pool = ? AND device = ? AND share_id = ?",
                         key,
-                    ).fetchone()
-                    holder = None if row is None else str(row[0])
+                    )
+                    holder = str(rows[0][0]) if rows else None
                 if holder is not None and holder != record.uid:
                     busy = errors.DeviceBusyError(
                         record.uid, device=f"{key[0]}/{key[1]}", holder_uid=holder
@@ -724,7 +726,7 @@ class RecordDatabase:
         bases: dict[str, str] = {}
         for chunk, marks in _uid_chunks([op.uid for op in stamps]):
             sql = f"SELECT uid, checksum FROM claims WHERE uid IN ({marks})"  # noqa: S608 - only placeholders
-            bases.update((str(uid), str(checksum)) for uid, checksum in conn.execute(sql, chunk))
+            bases.update((str(uid), str(checksum)) for uid, checksum in _fetch(conn, sql, chunk))
         rows: list[tuple[str, str, str, str, str, str]] = []
         results: list[BaseException | None] = []
         for op in stamps:
@@ -789,6 +791,24 @@ _GOING_DOWN = frozenset({ClaimState.UNPREPARE_STARTED, ClaimState.RELEASED})
 
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", _TEXT_ERRORS)
+
+
+def _fetch(
+    conn: sqlite3.Connection, sql: str, args: Sequence[object] = ()
+) -> list[tuple[object, ...]]:
+    """Every row of a query. Text that is not UTF-8 makes SQLite's module fail the whole
+    query; it is then read again with such text kept as lone surrogates (four times
+    slower, so only then), which fails the claim whose row holds it, not the store."""
+    try:
+        return conn.execute(sql, args).fetchall()
+    except sqlite3.OperationalError as exc:
+        if _NOT_UTF8 not in str(exc):
+            raise
+    conn.text_factory = _text
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.text_factory = str
 
 
 def _row(record: ClaimRecord) -> tuple[str, str, str, str]:
