@@ -316,7 +316,13 @@ _STAMP_TEXT = st.one_of(
 )
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150,
+    # Each example creates a store (its marker and reserve fsynced): no per-example
+    # deadline on a loaded machine.
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(
     boot_id=st.text(max_size=12),
     spec=_STAMP_TEXT,
