@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dralet import kubenames
-from dralet.validation import expressions, formats, limits, opaque
+from dralet.validation import expressions, formats, limits, opaque, taints
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.targets import ApiShape
 
@@ -37,7 +37,18 @@ _EXACT_COUNT = "ExactCount"
 _ALL = "All"
 _LEGACY_MODES = ("WaitForFirstConsumer", "Immediate")
 """Claim-level modes of the v1alpha2 API (1.26-1.30), often copied from old guides."""
-_FLAT_REQUEST_FIELDS = ("deviceClassName", "selectors", "allocationMode", "count", "adminAccess")
+_FLAT_REQUEST_FIELDS = (
+    "deviceClassName",
+    "selectors",
+    "allocationMode",
+    "count",
+    "adminAccess",
+    "tolerations",
+    "capacity",
+)
+"""The fields of a v1beta1 request that conversion moves into its ``exactly`` part, so none
+may sit beside ``firstAvailable`` (k8s.io/kubernetes v1.37.2
+pkg/apis/resource/v1beta1/conversion.go, Convert_v1beta1_DeviceRequest_To_resource_...)."""
 
 
 @dataclass(frozen=True)
@@ -236,10 +247,9 @@ def _device_request_findings(
         lists=shape.list_attribute_values,
         consumable=shape.consumable_capacity,
     )
-    tolerations = request.get("tolerations")
-    if isinstance(tolerations, list) and len(tolerations) > limits.TOLERATIONS_PER_REQUEST:
-        yield _too_many(
-            "tolerations", len(tolerations), limits.TOLERATIONS_PER_REQUEST, (*path, "tolerations")
+    if shape.tolerations:
+        yield from taints.toleration_findings(
+            request.get("tolerations"), effects=shape.taint_effects, path=(*path, "tolerations")
         )
     yield from _mode_and_count_findings(request, path=path)
     if shape.capacity_request_names:

@@ -50,6 +50,7 @@ _OTHER_SHAPE_HINTS = {
 _ZERO_VALUE_ACCEPTED: frozenset[tuple[str, Path, str]] = frozenset(
     {
         ("DeviceClass", (), "spec"),
+        ("DeviceTaintRule", (), "spec"),
         ("ResourceClaim", (), "spec"),
         ("ResourceClaimTemplate", (), "spec"),
         ("ResourceClaimTemplate", ("spec",), "spec"),
