@@ -32,7 +32,7 @@ from dralet.validation.targets import DRA_KINDS, WORKLOAD_KINDS, Target
 CORPUS = Path(__file__).resolve().parent.parent / "cli" / "manifests"
 RELEASES = ("1.32", "1.33", "1.34", "1.35", "1.36", "1.37", "1.38")
 RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1")
-EXAMPLES = 400
+EXAMPLES = 150
 """Kept small so the test stays fast; the corpus seeds reach deep rules anyway."""
 
 

@@ -211,6 +211,27 @@ def test_refused_as_the_server_refuses_it(text: str, expected: tuple[str, str]) 
     assert expected in _errors(text)
 
 
+_NEGATIVE_REQUEST = CLAIM.format(extra="        capacity: {requests: {memory: '-1'}}\n")
+_MANY_COUNTERS = SLICE.format(
+    extra="    consumesCounters:\n    - counterSet: s\n      counters: {"
+    + ", ".join(f"c{n}: {{value: '1'}}" for n in range(33))
+    + "}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "release", "expected"),
+    [
+        (_NEGATIVE_REQUEST, "1.38", [("DRA014", f"{REQUEST}.capacity.requests[memory]")]),
+        (_NEGATIVE_REQUEST, "1.37", []),
+        (_MANY_COUNTERS, "1.37", [("DRA013", "spec.devices[0].consumesCounters[0].counters")]),
+    ],
+    ids=["negative-capacity-request-k138", "negative-capacity-request-k137", "33-counters"],
+)
+def test_rules_by_release(text: str, release: str, expected: list[tuple[str, str]]) -> None:
+    assert _errors(text, release) == expected
+
+
 ACCEPTED = [
     pytest.param(
         CLAIM.format(extra="        tolerations:\n" + "        - {operator: Exists}\n" * 17),

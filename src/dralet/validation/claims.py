@@ -258,11 +258,27 @@ def _device_request_findings(
 
 def _capacity_request_findings(capacity: Any, *, shape: ApiShape, path: Path) -> Iterator[Finding]:
     """The names a request asks capacity of: short (``memory``) or qualified with the
-    driver's domain (``gpu.example.com/memory``), both of which the allocator matches."""
+    driver's domain (``gpu.example.com/memory``), both of which the allocator matches; and,
+    from 1.38, at most 32 amounts, none negative (k8s.io/api v0.38.0-beta.0 resource/v1
+    types.go CapacityRequirements.Requests: maxProperties=32, eachVal minimum=0)."""
     requests = capacity.get("requests") if isinstance(capacity, dict) else None
     if not isinstance(requests, dict):
         return
-    for name in requests:
+    if len(requests) > limits.CAPACITY_REQUESTS_PER_REQUEST:
+        yield _too_many(
+            "capacity requests",
+            len(requests),
+            limits.CAPACITY_REQUESTS_PER_REQUEST,
+            (*path, "capacity", "requests"),
+        )
+    for name, amount in requests.items():
+        value = formats.quantity_value(amount)
+        if value is not None and value < 0:
+            yield Finding(
+                "DRA014",
+                (*path, "capacity", "requests", name),
+                f"capacity request {name!r}: {amount!r} must be zero or more",
+            )
         if not isinstance(name, str):
             continue
         problem = formats.qualified_name_problem(name, one_slash=shape.one_slash_names)

@@ -534,5 +534,19 @@ def _consumes_counters_findings(
                     "DRA016", (*where, "counterSet"), f"duplicate counter set {name!r} consumed"
                 )
             seen.add(name)
-        yield from _counters_required(consumption.get("counters"), path=(*where, "counters"))
+        counters = consumption.get("counters")
+        yield from _counters_required(counters, path=(*where, "counters"))
+        limited = most is not None  # the per-consumption limit came with the 1.35 limits
+        if (
+            limited
+            and isinstance(counters, dict)
+            and len(counters) > limits.COUNTERS_PER_CONSUMPTION
+        ):
+            yield Finding(
+                "DRA013",
+                (*where, "counters"),
+                f"{len(counters)} counters: must have at most {limits.COUNTERS_PER_CONSUMPTION} "
+                "per counter consumption",
+                Anchor.KEY,
+            )
         yield from _counter_names_findings(consumption.get("counters"), path=(*where, "counters"))
