@@ -135,6 +135,12 @@ REFUSED = [
         id="binding-conditions-overlap",
     ),
     pytest.param(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: c}\n"
+        "spec: {extendedResourceName: requests.example.com/gpu}\n",
+        ("DRA012", "spec.extendedResourceName"),
+        id="extended-resource-name-quota-prefix",
+    ),
+    pytest.param(
         TAINT_RULE.format(name="r", device="d", effect="Evict", extra=""),
         ("DRA024", "spec.taint.effect"),
         id="taint-rule-effect",
@@ -253,6 +259,14 @@ ACCEPTED = [
     pytest.param(
         POD.format(pod="", claim="c", uses="[{name: gpu, request: a}, {name: gpu, request: b}]"),
         id="pod-two-requests-of-one-claim",
+    ),
+    pytest.param(
+        SLICE.format(extra="").replace(
+            "  nodeName: n\n",
+            "  nodeSelector:\n    nodeSelectorTerms:\n"
+            "    - matchExpressions: [{key: k, operator: Gt, values: [abc]}]\n",
+        ),
+        id="node-selector-gt-not-an-integer",
     ),
     pytest.param(
         CLAIM.format(extra="").replace(
