@@ -244,6 +244,14 @@ ACCEPTED = [
         id="seventeen-tolerations",
     ),
     pytest.param(
+        CLAIM.format(extra="").replace(
+            "    requests:\n",
+            "    constraints:\n    - matchAttribute: example.com/a\n"
+            "      distinctAttribute: example.com/b\n    requests:\n",
+        ),
+        id="constraint-with-both-attributes",
+    ),
+    pytest.param(
         SLICE.format(extra="    capacity: {memory: {value: null}}\n"), id="null-quantity-is-zero"
     ),
     pytest.param(

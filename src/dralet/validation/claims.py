@@ -355,14 +355,9 @@ def _constraint_findings(
         if not present:
             needed = " or ".join(f"`{k}`" for k in kinds)
             yield Finding("DRA018", where, f"constraint: {needed} is required", Anchor.KEY)
-        elif len(present) > 1:
-            yield Finding(
-                "DRA018",
-                where,
-                "exactly one of `matchAttribute` or `distinctAttribute` is required, but "
-                "multiple fields are set",
-                Anchor.KEY,
-            )
+        # Both set is accepted: the server checks matchAttribute and ignores the other
+        # (k8s.io/kubernetes v1.37.2 and v1.38.0-beta.0 pkg/apis/resource/validation/
+        # validation.go validateDeviceConstraint); each name's format is checked declaratively.
         for field in present:
             value = constraint[field]
             if isinstance(value, str):
