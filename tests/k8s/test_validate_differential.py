@@ -306,6 +306,7 @@ KNOWN_MUTANT_DIFFERENCES: dict[str, str] = {
     r"\.compatibilityGroups\b": f"DRADeviceCompatibilityGroups: {_ALPHA_FIELDS}",
     r"\.nodeAllocatableResources\b": f"DRANodeAllocatableResources: {_ALPHA_FIELDS}",
     r"\.skipNodeOperations\b": f"DRAOptionalNodeOperations: {_ALPHA_FIELDS}",
+    r"\.partitionTypeAttribute\b": f"DRAPartitionableDevicesType (1.38): {_ALPHA_FIELDS}",
     r"\.adminAccess: add\b": (
         "admin access is judged by the namespace's label, which validate sees only when the "
         "Namespace is in its input; here it is not, and validate warns (DRA110)"

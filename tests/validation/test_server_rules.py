@@ -259,6 +259,10 @@ ACCEPTED = [
     ),
     pytest.param(SLICE.format(extra="    capacity: {memory: {value: Gi}}\n"), id="suffix-alone"),
     pytest.param(
+        SLICE.format(extra="    consumesCounters: [{counterSet: s, counters: {memory: {}}}]\n"),
+        id="counter-without-value",
+    ),
+    pytest.param(
         TAINT_RULE.format(
             name="r", device="d", effect="None", extra=", timeAdded: '2026-01-02T15:04:05Z'"
         ),
