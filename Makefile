@@ -78,5 +78,12 @@ k8s:
 bench: install
 	$(PY) benchmarks/run_all.py
 
+# validate against a real kube-apiserver of every release in k8s/releases, on every
+# generated mutant (CI sends a sample); DRALET_VALIDATE_MUTANTS=N sends N. Needs `make k8s`.
+.PHONY: validate-differential
+validate-differential: install
+	DRALET_VALIDATE_MUTANTS=$${DRALET_VALIDATE_MUTANTS:-all} $(PY) -m pytest -m k8s -p no:randomly -s \
+		tests/k8s/test_validate_differential.py
+
 clean:
 	rm -rf $(VENV) $(CODEGEN_VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -66,6 +66,7 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "ResourceSlice": ("resource.k8s.io", "resourceslices", False),
     "DeviceClass": ("resource.k8s.io", "deviceclasses", False),
     "DeviceTaintRule": ("resource.k8s.io", "devicetaintrules", False),
+    "Workload": ("scheduling.k8s.io", "workloads", True),
     "ClusterRole": ("rbac.authorization.k8s.io", "clusterroles", False),
     "ClusterRoleBinding": ("rbac.authorization.k8s.io", "clusterrolebindings", False),
     "Role": ("rbac.authorization.k8s.io", "roles", True),
@@ -193,6 +194,11 @@ class ClusterApi:
                 raise TimeoutError(f"namespace {name} is still terminating")
             time.sleep(0.2)
         self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        self._namespaces.add(name)
+
+    def note_namespace(self, name: str) -> None:
+        """A namespace the test made itself: ``ensure_namespace`` leaves it as it is, and
+        ``reset`` removes it."""
         self._namespaces.add(name)
 
     def get(

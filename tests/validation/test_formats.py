@@ -76,6 +76,12 @@ def test_quantities_that_parse(value: object) -> None:
     assert formats.quantity_problem(value) is None
 
 
-@pytest.mark.parametrize("value", ["lots", "80GB", "", True, None])
+@pytest.mark.parametrize("value", [None, " 80Gi", "80Gi  ", "\t4\n"])
+def test_null_and_spaces_decode_as_the_server_decodes_them(value: object) -> None:
+    """null is the zero quantity, spaces around the text are trimmed."""
+    assert formats.quantity_problem(value) is None
+
+
+@pytest.mark.parametrize("value", ["lots", "80GB", "", "  ", True, "8 0Gi"])
 def test_quantities_that_do_not(value: object) -> None:
     assert formats.quantity_problem(value) is not None

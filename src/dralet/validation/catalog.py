@@ -323,9 +323,10 @@ _ALL: tuple[Rule, ...] = (
     Rule(
         "DRA024",
         _E,
-        "device taint is invalid",
+        "device taint or toleration is invalid",
         "A device taint needs a label-key `key`, a label-value `value` and an effect the "
-        "release knows (NoSchedule, NoExecute; None from 1.35).",
+        "release knows (NoSchedule, NoExecute; None from 1.35). A toleration's operator is "
+        "Equal or Exists (no value with Exists), its key a label key, its value a label value.",
         "Use a qualified key, a short value and a supported effect.",
         "taints:\n- {key: example.com/unhealthy, value: 'power supply', effect: Evict}\n",
         "taints:\n- {key: example.com/unhealthy, value: power-supply, effect: NoExecute}\n",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dralet import kubenames
-from dralet.validation import expressions, formats, limits, opaque
+from dralet.validation import expressions, formats, limits, opaque, taints
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.targets import ApiShape
 
@@ -37,7 +37,18 @@ _EXACT_COUNT = "ExactCount"
 _ALL = "All"
 _LEGACY_MODES = ("WaitForFirstConsumer", "Immediate")
 """Claim-level modes of the v1alpha2 API (1.26-1.30), often copied from old guides."""
-_FLAT_REQUEST_FIELDS = ("deviceClassName", "selectors", "allocationMode", "count", "adminAccess")
+_FLAT_REQUEST_FIELDS = (
+    "deviceClassName",
+    "selectors",
+    "allocationMode",
+    "count",
+    "adminAccess",
+    "tolerations",
+    "capacity",
+)
+"""The fields of a v1beta1 request that conversion moves into its ``exactly`` part, so none
+may sit beside ``firstAvailable`` (k8s.io/kubernetes v1.37.2
+pkg/apis/resource/v1beta1/conversion.go, Convert_v1beta1_DeviceRequest_To_resource_...)."""
 
 
 @dataclass(frozen=True)
@@ -236,10 +247,9 @@ def _device_request_findings(
         lists=shape.list_attribute_values,
         consumable=shape.consumable_capacity,
     )
-    tolerations = request.get("tolerations")
-    if isinstance(tolerations, list) and len(tolerations) > limits.TOLERATIONS_PER_REQUEST:
-        yield _too_many(
-            "tolerations", len(tolerations), limits.TOLERATIONS_PER_REQUEST, (*path, "tolerations")
+    if shape.tolerations:
+        yield from taints.toleration_findings(
+            request.get("tolerations"), effects=shape.taint_effects, path=(*path, "tolerations")
         )
     yield from _mode_and_count_findings(request, path=path)
     if shape.capacity_request_names:
@@ -248,11 +258,27 @@ def _device_request_findings(
 
 def _capacity_request_findings(capacity: Any, *, shape: ApiShape, path: Path) -> Iterator[Finding]:
     """The names a request asks capacity of: short (``memory``) or qualified with the
-    driver's domain (``gpu.example.com/memory``), both of which the allocator matches."""
+    driver's domain (``gpu.example.com/memory``), both of which the allocator matches; and,
+    from 1.38, at most 32 amounts, none negative (k8s.io/api v0.38.0-beta.0 resource/v1
+    types.go CapacityRequirements.Requests: maxProperties=32, eachVal minimum=0)."""
     requests = capacity.get("requests") if isinstance(capacity, dict) else None
     if not isinstance(requests, dict):
         return
-    for name in requests:
+    if len(requests) > limits.CAPACITY_REQUESTS_PER_REQUEST:
+        yield _too_many(
+            "capacity requests",
+            len(requests),
+            limits.CAPACITY_REQUESTS_PER_REQUEST,
+            (*path, "capacity", "requests"),
+        )
+    for name, amount in requests.items():
+        value = formats.quantity_value(amount)
+        if value is not None and value < 0:
+            yield Finding(
+                "DRA014",
+                (*path, "capacity", "requests", name),
+                f"capacity request {name!r}: {amount!r} must be zero or more",
+            )
         if not isinstance(name, str):
             continue
         problem = formats.qualified_name_problem(name, one_slash=shape.one_slash_names)
@@ -329,14 +355,9 @@ def _constraint_findings(
         if not present:
             needed = " or ".join(f"`{k}`" for k in kinds)
             yield Finding("DRA018", where, f"constraint: {needed} is required", Anchor.KEY)
-        elif len(present) > 1:
-            yield Finding(
-                "DRA018",
-                where,
-                "exactly one of `matchAttribute` or `distinctAttribute` is required, but "
-                "multiple fields are set",
-                Anchor.KEY,
-            )
+        # Both set is accepted: the server checks matchAttribute and ignores the other
+        # (k8s.io/kubernetes v1.37.2 and v1.38.0-beta.0 pkg/apis/resource/validation/
+        # validation.go validateDeviceConstraint); each name's format is checked declaratively.
         for field in present:
             value = constraint[field]
             if isinstance(value, str):

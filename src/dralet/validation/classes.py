@@ -14,6 +14,12 @@ from dralet.validation.targets import ApiShape
 __all__ = ["device_class_findings"]
 
 
+QUOTA_PREFIX = "requests."
+"""A name with this prefix is a quota name, not an extended resource name (k8s.io/kubernetes
+v1.37.2 pkg/apis/core/v1/helper/helpers.go IsExtendedResourceName,
+DefaultResourceRequestsPrefix)."""
+
+
 def device_class_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[Finding]:
     spec = data.get("spec")
     if not isinstance(spec, dict):
@@ -28,6 +34,8 @@ def device_class_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[
     name = spec.get("extendedResourceName")
     if isinstance(name, str):
         problem = kubenames.extended_resource_name_problem(name)
+        if name.startswith(QUOTA_PREFIX):
+            problem = f"must not start with {QUOTA_PREFIX!r}, the prefix of quota names"
         if problem is not None:
             yield Finding(
                 "DRA012",

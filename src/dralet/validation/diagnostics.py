@@ -70,6 +70,9 @@ class Finding:
     path: Path
     message: str
     anchor: Anchor = Anchor.VALUE
+    field: str | None = None
+    """The field as the server names it, where that is not the path's own name (admission
+    names a template's request ``spec.devices.requests[0]``, not ``spec.spec.…``)."""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ diagnostics located and sorted by file, line and column.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from dralet.validation import (
     schemas,
     slices,
     taintrules,
+    taints,
     workloads,
 )
 from dralet.validation.diagnostics import Anchor, Diagnostic, Finding, Path, field_path
@@ -63,7 +65,7 @@ def _diagnostic(obj: ManifestObject, finding: Finding) -> Diagnostic:
         known.severity,
         finding.message,
         known.fix,
-        field_path(finding.path),
+        field_path(finding.path) if finding.field is None else finding.field,
     )
 
 
@@ -89,7 +91,7 @@ def validate_sources(sources: Sequence[Any], *, target: Target) -> Report:
             )
     run = _Run(target)
     checked = 0
-    for obj in objects:
+    for obj in [_decoded(o, target) for o in objects]:
         findings = list(run.object_findings(obj))
         if not any(f.rule == NOT_CHECKED for f in findings):
             checked += 1
@@ -210,6 +212,10 @@ class _Run:
             labels = obj.metadata.get("labels")
             self.namespace_labels[obj.name] = labels if isinstance(labels, dict) else {}
         elif group == RESOURCE_GROUP and obj.kind == "DeviceTaintRule":
+            effects = ApiShape("v1", self.target.minor).taint_effects
+            yield from _not_repeating(
+                structural, taints.taint_rule_findings(obj.data, effects=effects)
+            )
             yield from taintrules.rule_findings(obj.data)
 
     def _served(self, obj: ManifestObject, message: str) -> Finding:
@@ -274,13 +280,18 @@ class _Run:
                     f"{obj.kind} {obj.name!r} asks for admin access: namespace "
                     f'{obj.namespace!r} must carry the label {label}: "true" (not in the input)'
                 )
-                yield _diagnostic(obj, Finding(ADMIN_ACCESS_UNSEEN, where, message))
+                yield _diagnostic(
+                    obj, Finding(ADMIN_ACCESS_UNSEEN, where, message, field=_admission_field(where))
+                )
             elif labels.get(label) != "true":
                 message = (
                     f'admin access to devices requires the label {label}: "true" on '
                     f"namespace {obj.namespace!r}"
                 )
-                yield _diagnostic(obj, Finding(ADMIN_ACCESS_UNLABELLED, where, message))
+                yield _diagnostic(
+                    obj,
+                    Finding(ADMIN_ACCESS_UNLABELLED, where, message, field=_admission_field(where)),
+                )
 
     def _workload_findings(self, obj: ManifestObject) -> Iterator[Finding]:
         validator = schemas.validator_for(self.target.kubernetes_version, obj.api_version, obj.kind)
@@ -380,6 +391,16 @@ class _Run:
                     yield _diagnostic(obj, finding)
 
 
+def _decoded(obj: ManifestObject, target: Target) -> ManifestObject:
+    """The object as the server decodes it (``null`` list items are zero values), for the
+    kinds validate has a schema of."""
+    validator = schemas.validator_for(target.kubernetes_version, obj.api_version, obj.kind)
+    if validator is None:
+        return obj
+    data = validator.decoded(obj.data)
+    return obj if data is obj.data else dataclasses.replace(obj, data=data)
+
+
 def _unserved_built_in(release: str, group: str, version: str, kind: str) -> str:
     """Why a built-in group's object is refused: the group has no such version of the
     kind, or no such kind (a server answers 404; no CRD can add to a built-in group)."""
@@ -395,6 +416,15 @@ def _unserved_built_in(release: str, group: str, version: str, kind: str) -> str
         f"apiVersion {named!r} does not serve {kind} on Kubernetes {release}; "
         f"it is served as {listed}"
     )
+
+
+def _admission_field(where: Path) -> str:
+    """The field admission names for the request asking for admin access: always
+    ``spec.devices.requests[i].adminAccess``, for a claim and a template alike, whatever the
+    version's shape (k8s.io/kubernetes v1.37.2 and v1.38.0-beta.0
+    pkg/registry/resource/utils.go AuthorizedForAdmin)."""
+    index = where[where.index("requests") + 1]
+    return f"spec.devices.requests[{index}].adminAccess"
 
 
 def _not_repeating(structural: list[Finding], semantic: Iterator[Finding]) -> Iterator[Finding]:

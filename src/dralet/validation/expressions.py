@@ -6,6 +6,7 @@ first character with the column inside the expression where compiling stopped.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,36 @@ def selector_expressions(selectors: Any) -> list[tuple[int, str]]:
     return out
 
 
+_MATCHES_LITERAL = re.compile(
+    r"""matches\(\s*(?:[^,()]+,\s*)?(r|R)?("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')\s*\)"""
+)
+_RE2_UNSUPPORTED = re.compile(r"\(\?[=!<>]|\\[1-9]")
+"""Lookaround, atomic groups and backreferences: Python has them, RE2 (CEL's) does not."""
+
+
+def _invalid_regex_literal(expression: str) -> str | None:
+    """The first string literal given to ``matches()`` that is no regular expression: the
+    API server compiles such a literal with the expression and refuses it (cel-go's
+    regex-literal validator, k8s.io/apiserver v0.37.2 pkg/cel/environment/base.go
+    (cel.ValidateRegexLiterals))."""
+    for match in _MATCHES_LITERAL.finditer(expression):
+        raw, literal = match.group(1), match.group(2)[1:-1]
+        pattern = literal if raw else _unescaped(literal)
+        if _RE2_UNSUPPORTED.search(pattern):
+            return pattern
+        try:
+            re.compile(pattern)
+        except re.error:
+            return pattern
+    return None
+
+
+def _unescaped(literal: str) -> str:
+    """A CEL string literal's escapes: ``\\`` and quotes; other escapes are kept as the
+    regular expression reads them."""
+    return re.sub(r"\\([\\\"'])", r"\1", literal)
+
+
 def selector_findings(
     selectors: Any, *, path: Path, lists: bool, consumable: bool
 ) -> Iterator[Finding]:
@@ -102,6 +133,15 @@ def selector_findings(
         except cel.CelCompileError as error:
             at = "" if error.column is None else f" (expression column {error.column + 1})"
             yield Finding("DRA020", where, f"CEL {error.message}{at}", Anchor.TEXT)
+            continue
+        bad_pattern = _invalid_regex_literal(expression)
+        if bad_pattern is not None:
+            yield Finding(
+                "DRA020",
+                where,
+                f"CEL invalid matches argument {bad_pattern!r}: not a valid regular expression",
+                Anchor.TEXT,
+            )
             continue
         cost, limit = compiled.max_cost(), _max_cost()
         if cost > limit:

@@ -9,11 +9,12 @@ worded like the API server's own messages.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from dralet import kubenames
 from dralet.allocation import quantity, semver
 
-__all__ = ["qualified_name_problem", "quantity_problem", "semver_problem"]
+__all__ = ["qualified_name_problem", "quantity_problem", "quantity_value", "semver_problem"]
 
 _NUMBER = re.compile(r"\d+")
 
@@ -49,15 +50,39 @@ def qualified_name_problem(
     )
 
 
+_SUFFIX_ONLY = re.compile(r"[+-]?(?:[KMGTPE]i|[numkMGTPE])")
+"""A suffix without digits is the zero quantity to the server's parser (parseQuantityString
+in k8s.io/apimachinery pkg/api/resource/quantity.go reads an empty number)."""
+
+
+def quantity_value(value: object) -> Fraction | None:
+    """The amount of a quantity the server would accept (``null`` is zero), else None."""
+    if value is None:
+        return Fraction(0)
+    if isinstance(value, bool) or quantity_problem(value) is not None:
+        return None
+    if isinstance(value, int | float):
+        return Fraction(value)
+    text = str(value).strip()
+    if _SUFFIX_ONLY.fullmatch(text):
+        return Fraction(0)
+    return quantity.parse_quantity(text)
+
+
 def quantity_problem(value: object) -> str | None:
-    """A resource quantity such as ``80Gi``, ``1.5``, ``500m`` or ``1e3``."""
+    """A resource quantity such as ``80Gi``, ``1.5``, ``500m`` or ``1e3``. ``null`` is the
+    zero quantity, and spaces around the text are trimmed, as the server decodes a
+    Quantity (k8s.io/apimachinery v0.37.2 and v0.38.0-beta.0 pkg/api/resource/quantity.go
+    UnmarshalJSON)."""
     if isinstance(value, bool):
         return f"{value!r} is not a quantity"
-    if isinstance(value, int | float):
+    if value is None or isinstance(value, int | float):
         return None
     if isinstance(value, str):
+        if _SUFFIX_ONLY.fullmatch(value.strip()):
+            return None
         try:
-            quantity.parse_quantity(value)
+            quantity.parse_quantity(value.strip())
         except quantity.QuantityError:
             pass
         else:

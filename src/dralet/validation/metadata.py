@@ -74,7 +74,31 @@ def object_meta_findings(
         problem = kubenames.dns_label_problem(namespace)
         if problem is not None:
             yield Finding(NAME_RULE, (*base, "namespace"), f"namespace {namespace!r}: {problem}")
+    yield from _finalizer_findings(metadata.get("finalizers"), path=(*base, "finalizers"))
     yield from labels_and_annotations_findings(metadata, path=base)
+
+
+STANDARD_FINALIZERS = frozenset({"kubernetes", "orphan", "foregroundDeletion"})
+"""The finalizers that need no domain (k8s.io/kubernetes v1.37.2 and v1.38.0-beta.0
+pkg/apis/core/helper/helpers.go standardFinalizers)."""
+
+
+def _finalizer_findings(finalizers: Any, *, path: Path) -> Iterator[Finding]:
+    """Each finalizer is a qualified name, and one without a domain a standard finalizer
+    (k8s.io/apimachinery v0.37.2 pkg/api/validation/objectmeta.go ValidateFinalizerName and
+    k8s.io/kubernetes v1.37.2 pkg/apis/core/validation/validation.go
+    validateKubeFinalizerName)."""
+    if not isinstance(finalizers, list):
+        return
+    for index, name in enumerate(finalizers):
+        if not isinstance(name, str):
+            continue
+        problem = kubenames.label_key_problem(name)
+        if problem is None and "/" not in name and name not in STANDARD_FINALIZERS:
+            standard = ", ".join(sorted(STANDARD_FINALIZERS))
+            problem = f"a finalizer without a domain must be a standard one ({standard})"
+        if problem is not None:
+            yield Finding(NAME_RULE, (*path, index), f"finalizer {name!r}: {problem}")
 
 
 def labels_and_annotations_findings(metadata: dict[str, Any], *, path: Path) -> Iterator[Finding]:

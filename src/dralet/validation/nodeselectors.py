@@ -83,16 +83,12 @@ def _expression_findings(requirement: dict[str, Any], *, path: Path) -> Iterator
         problem = kubenames.label_key_problem(key)
         if problem is not None:
             yield Finding(RULE, (*path, "key"), f"node selector key {key!r}: {problem}")
-    operator = requirement.get("operator")
     for index, value in enumerate(_values(requirement)):
         if not isinstance(value, str):
             continue
-        if operator in _NUMERIC_OPERATORS:
-            if not value.lstrip("-").isdigit():
-                yield Finding(
-                    RULE, (*path, "values", index), f"value {value!r}: must be an integer"
-                )
-            continue
+        # Gt and Lt values are label values to the server like any other, integers or not
+        # (k8s.io/kubernetes v1.37.2 and v1.38.0-beta.0 pkg/apis/core/validation/validation.go
+        # ValidateNodeSelectorRequirement); a non-integer one just never matches a node.
         problem = kubenames.label_value_problem(value)
         if problem is not None:
             yield Finding(RULE, (*path, "values", index), f"value {value!r}: {problem}")

@@ -50,18 +50,31 @@ _OTHER_SHAPE_HINTS = {
 _ZERO_VALUE_ACCEPTED: frozenset[tuple[str, Path, str]] = frozenset(
     {
         ("DeviceClass", (), "spec"),
+        ("DeviceTaintRule", (), "spec"),
         ("ResourceClaim", (), "spec"),
         ("ResourceClaimTemplate", (), "spec"),
         ("ResourceClaimTemplate", ("spec",), "spec"),
         ("ResourceSlice", ("spec", "pool"), "generation"),
         ("ResourceSlice", ("spec", "devices", "*", "capacity", "*"), "value"),
         ("ResourceSlice", ("spec", "devices", "*", "basic", "capacity", "*"), "value"),
+        ("ResourceSlice", ("spec", "sharedCounters", "*", "counters", "*"), "value"),
+        (
+            "ResourceSlice",
+            ("spec", "devices", "*", "consumesCounters", "*", "counters", "*"),
+            "value",
+        ),
+        (
+            "ResourceSlice",
+            ("spec", "devices", "*", "basic", "consumesCounters", "*", "counters", "*"),
+            "value",
+        ),
     }
 )
 """(kind, path, field) the OpenAPI lists as required but the API server decodes to a zero
 value that its validation accepts: an omitted spec is an empty spec, an omitted pool
-generation is 0, a device capacity without a value is a quantity of 0 (``value`` is a
-``resource.Quantity``, not a pointer: k8s.io/api resource/v1 types.go DeviceCapacity).
+generation is 0, a device capacity or counter without a value is a quantity of 0 (``value``
+is a ``resource.Quantity``, not a pointer: k8s.io/api resource/v1 types.go DeviceCapacity,
+Counter).
 The server, not the OpenAPI ``required`` list, decides. ``*`` stands for any index or key."""
 
 

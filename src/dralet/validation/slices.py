@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dralet import kubenames
-from dralet.validation import formats, limits, nodeselectors
+from dralet.validation import capacity, formats, limits, nodeselectors
+from dralet.validation import taints as taints_
 from dralet.validation.diagnostics import Anchor, Finding, Path
 from dralet.validation.targets import ApiShape
 
@@ -48,7 +49,8 @@ def published_devices(data: dict[str, Any], *, shape: ApiShape) -> list[Publishe
     pool = spec.get("pool", {})
     pool_name = str(pool.get("name", "")) if isinstance(pool, dict) else ""
     out: list[PublishedDevice] = []
-    for device in spec.get("devices") or []:
+    devices = spec.get("devices")
+    for device in devices if isinstance(devices, list) else []:
         if not isinstance(device, dict):
             continue
         fields, _ = _device_fields(device, shape)
@@ -119,6 +121,7 @@ def slice_findings(data: dict[str, Any], *, shape: ApiShape) -> Iterator[Finding
             "only one of `sharedCounters` or `devices` is allowed: counter sets go in a "
             "slice of their own in the same pool",
             Anchor.KEY,
+            field="spec",  # as the server names it
         )
     per_device = "perDeviceNodeSelection" in chosen
     devices = spec.get("devices")
@@ -278,11 +281,21 @@ def _device_findings(
             fields, path=where, one_term=shape.device_node_selector_one_term
         )
     yield from _consumes_counters_findings(fields.get("consumesCounters"), path=where, shape=shape)
+    if shape.consumable_capacity:
+        yield from capacity.request_policy_findings(
+            fields.get("capacity"),
+            multiple_allocations=fields.get("allowMultipleAllocations") is True,
+            path=(*where, "capacity"),
+        )
     taints = fields.get("taints")
     if isinstance(taints, list):
         for index, taint in enumerate(taints):
             if isinstance(taint, dict):
-                yield from _taint_findings(taint, shape=shape, path=(*where, "taints", index))
+                yield from taints_.taint_findings(
+                    taint, effects=shape.taint_effects, path=(*where, "taints", index)
+                )
+    if shape.binding_conditions:
+        yield from taints_.binding_condition_findings(fields, path=where)
     if isinstance(taints, list) and len(taints) > shape.taints_max:
         yield Finding(
             "DRA013",
@@ -330,13 +343,9 @@ def _values_findings(fields: dict[str, Any], *, path: Path, shape: ApiShape) -> 
                 gated=shape.list_attribute_fields,
                 digits=shape.version_digits_max,
             )
-    for name, value in capacity.items():
+    for name in capacity:
         where = (*path, "capacity", name)
         yield from _qualified_name_findings(name, where, "capacity", shape=shape)
-        if isinstance(value, dict) and "value" in value:
-            problem = formats.quantity_problem(value["value"])
-            if problem is not None:
-                yield Finding("DRA014", (*where, "value"), f"capacity {name!r}: {problem}")
 
 
 def _qualified_name_findings(
@@ -421,27 +430,6 @@ def _list_value_findings(
                 )
 
 
-def _taint_findings(taint: dict[str, Any], *, shape: ApiShape, path: Path) -> Iterator[Finding]:
-    """A device taint's key is a label key, its value a label value, its effect one the
-    release supports (k8s.io/api resource types: DeviceTaintEffect)."""
-    key = taint.get("key")
-    if isinstance(key, str):
-        problem = kubenames.label_key_problem(key) if key else "a taint key is required"
-        if problem is not None:
-            yield Finding("DRA024", (*path, "key"), f"taint key {key!r}: {problem}")
-    value = taint.get("value")
-    if isinstance(value, str):
-        problem = kubenames.label_value_problem(value)
-        if problem is not None:
-            yield Finding("DRA024", (*path, "value"), f"taint value {value!r}: {problem}")
-    effect = taint.get("effect")
-    if isinstance(effect, str) and effect not in shape.taint_effects:
-        supported = ", ".join(f'"{e}"' for e in shape.taint_effects)
-        yield Finding(
-            "DRA024", (*path, "effect"), f"taint effect {effect!r}: supported values: {supported}"
-        )
-
-
 def _counter_names_findings(counters: Any, *, path: Path) -> Iterator[Finding]:
     if not isinstance(counters, dict):
         return
@@ -485,6 +473,7 @@ def _counter_set_findings(counter_sets: Any, *, shape: ApiShape) -> Iterator[Fin
             if name in seen:
                 yield Finding("DRA016", (*path, "name"), f"duplicate counter set name {name!r}")
             seen.add(name)
+        yield from _counters_required(counters, path=(*path, "counters"))
         yield from _counter_names_findings(counters, path=(*path, "counters"))
 
 
@@ -505,6 +494,14 @@ def _has_list_attribute(device: dict[str, Any], shape: ApiShape) -> bool:
         isinstance(value, dict) and any(k in value for k in _LIST_VALUE_KEYS)
         for value in attributes.values()
     )
+
+
+def _counters_required(counters: Any, *, path: Path) -> Iterator[Finding]:
+    """A counter set and a counter consumption each need at least one counter
+    (validateCounterSet and validateDeviceCounterConsumption, k8s.io/kubernetes v1.37.2
+    pkg/apis/resource/validation/validation.go)."""
+    if counters == {}:
+        yield Finding("DRA018", path, "at least one counter is required", Anchor.KEY)
 
 
 def _consumes_counters_findings(
@@ -537,4 +534,19 @@ def _consumes_counters_findings(
                     "DRA016", (*where, "counterSet"), f"duplicate counter set {name!r} consumed"
                 )
             seen.add(name)
+        counters = consumption.get("counters")
+        yield from _counters_required(counters, path=(*where, "counters"))
+        limited = most is not None  # the per-consumption limit came with the 1.35 limits
+        if (
+            limited
+            and isinstance(counters, dict)
+            and len(counters) > limits.COUNTERS_PER_CONSUMPTION
+        ):
+            yield Finding(
+                "DRA013",
+                (*where, "counters"),
+                f"{len(counters)} counters: must have at most {limits.COUNTERS_PER_CONSUMPTION} "
+                "per counter consumption",
+                Anchor.KEY,
+            )
         yield from _counter_names_findings(consumption.get("counters"), path=(*where, "counters"))

@@ -75,6 +75,10 @@ DeviceTaintEffectNone) is served from 1.35 on."""
 _COUNTERS_IN_OWN_SLICES_FROM = 35
 """KEP-4815 as updated for 1.35 (kubernetes/kubernetes#134189): a slice holds either
 ``sharedCounters`` or ``devices``, never both."""
+_BETA_DEVICE_FEATURES_FROM = 36
+"""DRADeviceTaints and DRADeviceBindingConditions are on by default from 1.36 (k8s.io/kubernetes
+v1.37.2 pkg/features/kube_features.go); before, the server drops tolerations and binding
+conditions on create, so their content is not checked."""
 _TAINTS_MAX_BEFORE = 4
 _TAINTS_MAX_AFTER = 16
 _ONE_SLASH_NAMES_FROM = int(kubenames.SINGLE_SLASH_RELEASE.split(".")[1])
@@ -190,6 +194,16 @@ class ApiShape:
     def taint_effects(self) -> tuple[str, ...]:
         base = ("NoSchedule", "NoExecute")
         return (*base, "None") if self.minor >= _TAINT_EFFECT_NONE_FROM else base
+
+    @property
+    def binding_conditions(self) -> bool:
+        """A device's binding conditions are kept, and so checked."""
+        return self.minor >= _BETA_DEVICE_FEATURES_FROM
+
+    @property
+    def tolerations(self) -> bool:
+        """A request's tolerations are kept, and so checked."""
+        return self.minor >= _BETA_DEVICE_FEATURES_FROM
 
     @property
     def taints_max(self) -> int:

@@ -68,10 +68,15 @@ def pod_template(obj: ManifestObject) -> PodTemplate | None:
     if not isinstance(node, dict):
         return None
     owner = f"{obj.kind}/{obj.namespace}/{obj.name}"
-    for reference in obj.metadata.get("ownerReferences") or []:
+    for reference in _items(obj.metadata.get("ownerReferences")):
         if isinstance(reference, dict) and reference.get("controller"):
             owner = f"{reference.get('kind')}/{obj.namespace}/{reference.get('name')}"
     return PodTemplate(obj, node, workload.pod_spec_path, owner)
+
+
+def _items(value: Any) -> list[Any]:
+    """A list's items; anything else (the schema refuses it) has none."""
+    return value if isinstance(value, list) else []
 
 
 def _containers(spec: dict[str, Any]) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -106,27 +111,12 @@ def pod_template_findings(
     spec, base = template.spec, template.path
     namespace = template.source.namespace
     declared: dict[str, dict[str, Any]] = {}
-    seen: set[str] = set()
-    for index, entry in enumerate(spec.get("resourceClaims") or []):
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+    for index, entry in enumerate(_items(spec.get("resourceClaims"))):
+        if not isinstance(entry, dict):
             continue
-        name, where = entry["name"], (*base, "resourceClaims", index)
-        declared[name] = entry
-        problem = kubenames.dns_label_problem(name)
-        if problem is not None:
-            yield Finding("DRA012", (*where, "name"), f"pod claim name {name!r}: {problem}")
-        if name in seen:
-            yield Finding("DRA016", (*where, "name"), f"duplicate pod claim name {name!r}")
-        seen.add(name)
-        sources = [k for k in ("resourceClaimName", "resourceClaimTemplateName") if entry.get(k)]
-        if len(sources) != 1:
-            yield Finding(
-                "DRA018",
-                where,
-                f"pod claim {name!r}: exactly one of `resourceClaimName` or "
-                "`resourceClaimTemplateName` is required",
-                Anchor.KEY,
-            )
+        where = (*base, "resourceClaims", index)
+        yield from _pod_claim_findings(entry, where, declared)
+    yield from _pod_level_claims_findings(spec.get("resources"), (*base, "resources"))
     for container_path, container in _containers(spec):
         where = (*base, *container_path)
         label = str(container.get("name", container_path[1]))
@@ -140,8 +130,10 @@ def pod_template_findings(
             has_claims=bool(declared),
             dra_backed=dra_extended_resources,
         )
-        for index, use in enumerate(resources.get("claims") or []):
-            if not isinstance(use, dict) or not isinstance(use.get("name"), str):
+        uses = _items(resources.get("claims"))
+        yield from _claim_use_findings(uses, (*where, "resources", "claims"))
+        for index, use in enumerate(uses):
+            if not isinstance(use, dict) or not isinstance(use.get("name"), str) or not use["name"]:
                 continue
             use_path = (*where, "resources", "claims", index)
             entry = declared.get(use["name"])
@@ -164,6 +156,91 @@ def pod_template_findings(
                     claim_requests=claim_requests,
                     template_requests=template_requests,
                 )
+
+
+_CLAIM_SOURCES = ("resourceClaimName", "resourceClaimTemplateName")
+
+
+def _pod_claim_findings(
+    entry: dict[str, Any], where: Path, declared: dict[str, dict[str, Any]]
+) -> Iterator[Finding]:
+    """One ``spec.resourceClaims`` entry: a unique DNS-label name, and exactly one source,
+    itself a DNS subdomain; an empty string is a source that is set (k8s.io/kubernetes
+    v1.37.2 and v1.38.0-beta.0 pkg/apis/core/validation/validation.go
+    validatePodResourceClaim)."""
+    name = entry.get("name")
+    if name == "":  # a missing name is the schema's to report
+        yield Finding("DRA018", (*where, "name"), "pod claim: `name` is required", Anchor.KEY)
+    elif isinstance(name, str):
+        if name in declared:
+            yield Finding("DRA016", (*where, "name"), f"duplicate pod claim name {name!r}")
+        else:
+            problem = kubenames.dns_label_problem(name)
+            if problem is not None:
+                yield Finding("DRA012", (*where, "name"), f"pod claim name {name!r}: {problem}")
+            declared[name] = entry
+    label = f"pod claim {name!r}" if isinstance(name, str) and name else "pod claim"
+    sources = [k for k in _CLAIM_SOURCES if entry.get(k) is not None]
+    if len(sources) != 1:
+        yield Finding(
+            "DRA018",
+            where,
+            f"{label}: exactly one of `resourceClaimName` or `resourceClaimTemplateName` "
+            "is required",
+            Anchor.KEY,
+        )
+    for source in sources:
+        value = entry[source]
+        if isinstance(value, str):
+            problem = kubenames.dns_subdomain_problem(value) if value else "must not be empty"
+            if problem is not None:
+                yield Finding("DRA012", (*where, source), f"{source} {value!r}: {problem}")
+
+
+def _claim_use_findings(uses: list[Any], path: Path) -> Iterator[Finding]:
+    """A container's ``resources.claims``: each names a claim, its request (if any) is a
+    DNS label, and no claim or claim/request is named twice, nor a whole claim beside one
+    of its requests (validateResourceClaimNames in the same file)."""
+    names: set[str] = set()
+    for index, use in enumerate(uses):
+        if not isinstance(use, dict):
+            continue
+        name, request = use.get("name"), use.get("request")
+        if name == "":  # a missing name is the schema's to report
+            yield Finding("DRA018", (*path, index), "`name` is required", Anchor.KEY)
+            continue
+        if not isinstance(name, str):
+            continue
+        if name in names:
+            yield Finding("DRA016", (*path, index), f"claim {name!r} is already used whole")
+            continue
+        key = name
+        if isinstance(request, str) and request:
+            problem = kubenames.dns_label_problem(request)
+            if problem is not None:
+                yield Finding(
+                    "DRA012", (*path, index, "request"), f"request {request!r}: {problem}"
+                )
+            key = f"{name}/{request}"
+        if key in names:
+            yield Finding("DRA016", (*path, index), f"duplicate claim use {key!r}")
+        elif key == name and any(k.partition("/")[0] == name for k in names if "/" in k):
+            yield Finding(
+                "DRA016", (*path, index), f"claim {name!r} is used whole beside one of its requests"
+            )
+        names.add(key)
+
+
+def _pod_level_claims_findings(resources: Any, path: Path) -> Iterator[Finding]:
+    """Pod-level ``spec.resources`` may not list claims (validatePodResources in the same
+    file)."""
+    if isinstance(resources, dict) and resources.get("claims") is not None:
+        yield Finding(
+            "DRA018",
+            (*path, "claims"),
+            "claims may not be set for resources at pod level: list them in the containers",
+            Anchor.KEY,
+        )
 
 
 def _extended_resource_findings(
@@ -221,7 +298,7 @@ def _request_findings(
 
 
 def claim_uses(template: PodTemplate) -> Iterator[ClaimUse]:
-    for index, entry in enumerate(template.spec.get("resourceClaims") or []):
+    for index, entry in enumerate(_items(template.spec.get("resourceClaims"))):
         if isinstance(entry, dict) and isinstance(entry.get("resourceClaimName"), str):
             yield ClaimUse(
                 template,
