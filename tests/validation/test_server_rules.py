@@ -299,3 +299,33 @@ def test_a_pod_whose_claim_list_is_not_a_list_is_refused_not_a_crash() -> None:
         "  resourceClaims:\n  - {name: gpu, resourceClaimName: c}\n", "  resourceClaims: 7\n"
     )
     assert ("DRA004", "spec.resourceClaims") in _errors(text)
+
+
+TEMPLATE = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: t, namespace: default}}
+spec:
+  metadata:
+{meta}  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {{deviceClassName: gpu.example.com}}
+"""
+
+
+@pytest.mark.parametrize("release", ["1.37", "1.38"])
+def test_a_template_metadata_sets_only_labels_and_annotations(release: str) -> None:
+    meta = (
+        "    name: fixed\n    namespace: other\n    finalizers: [example.com/f]\n"
+        "    labels: {'bad key!': x}\n    annotations: {a: b}\n    creationTimestamp: null\n"
+    )
+    assert sorted(_errors(TEMPLATE.format(meta=meta), release)) == [
+        ("DRA023", "spec.metadata.finalizers"),
+        ("DRA023", "spec.metadata.labels[bad key!]"),
+        ("DRA023", "spec.metadata.name"),
+        ("DRA023", "spec.metadata.namespace"),
+    ]
+    allowed = "    labels: {app: x}\n    annotations: {a: b}\n"
+    assert _errors(TEMPLATE.format(meta=allowed), release) == []

@@ -256,6 +256,10 @@ class _Run:
             self.claim_requests[key] = (obj.kind, _request_names(spec))
             self.claim_annotations[key] = obj.annotations
         else:
+            if isinstance(spec, dict):
+                yield from metadata.template_meta_findings(
+                    spec.get("metadata"), path=("spec", "metadata")
+                )
             inner = spec.get("spec") if isinstance(spec, dict) else None
             yield from claims.claim_spec_findings(inner, shape=shape, path=("spec", "spec"))
             self.requesters.append((obj, shape, inner, ("spec", "spec")))

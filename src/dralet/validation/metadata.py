@@ -17,7 +17,12 @@ from typing import Any
 from dralet import kubenames
 from dralet.validation.diagnostics import Anchor, Finding, Path
 
-__all__ = ["RULE", "labels_and_annotations_findings", "object_meta_findings"]
+__all__ = [
+    "RULE",
+    "labels_and_annotations_findings",
+    "object_meta_findings",
+    "template_meta_findings",
+]
 
 RULE = "DRA023"
 """Missing names, labels and annotations; name formats are DRA012 like every other name."""
@@ -131,3 +136,21 @@ def labels_and_annotations_findings(metadata: dict[str, Any], *, path: Path) -> 
         problem = kubenames.annotations_size_problem(texts)
         if problem is not None:
             yield Finding(RULE, (*path, "annotations"), f"annotations: {problem}", Anchor.KEY)
+
+
+TEMPLATE_META_FIELDS = frozenset({"labels", "annotations"})
+"""What a ResourceClaimTemplate's ``spec.metadata`` may set; every other ObjectMeta field
+"cannot be set" (k8s.io/kubernetes v1.37.2 and v1.38.0-beta.0 pkg/apis/core/validation
+ValidateTemplateObjectMeta, allowedTemplateObjectMetaFields)."""
+
+
+def template_meta_findings(metadata: object, *, path: Path) -> Iterator[Finding]:
+    """The metadata a template gives the objects made from it: labels and annotations
+    only, each valid."""
+    if not isinstance(metadata, dict):
+        return  # absent, or a type the schema reports
+    for key in sorted(set(metadata) - TEMPLATE_META_FIELDS, key=str):
+        if metadata[key] in (None, "", [], {}, 0):
+            continue  # an empty field is not set (the server decodes it as the zero value)
+        yield Finding(RULE, (*path, key), f"{'.'.join((*map(str, path), str(key)))}: cannot be set")
+    yield from labels_and_annotations_findings(metadata, path=path)
