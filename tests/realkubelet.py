@@ -32,9 +32,10 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.harness import podman
 from tests.k8scluster import binary_dir
@@ -114,12 +115,16 @@ class RealKubelet:
         return ""
 
 
-def _write_configs(root: Path, node_ip: str) -> tuple[Path, Path]:
+LOOPBACK_NETWORK = {"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "loopback"}]}
+"""The default pod network: loopback only (pods that talk to anything use the host's)."""
+
+
+def _write_configs(
+    root: Path, node_ip: str, network: Mapping[str, Any] = LOOPBACK_NETWORK
+) -> tuple[Path, Path]:
     cni = root / "cni"
     cni.mkdir()
-    (cni / "10-loopback.conflist").write_text(
-        json.dumps({"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "loopback"}]})
-    )
+    (cni / "10-pods.conflist").write_text(json.dumps(network))
     containerd = root / "containerd.toml"
     containerd.write_text(
         f"""version = 3
@@ -188,10 +193,13 @@ def _wait_socket(path: Path, process: subprocess.Popen[bytes], within: float) ->
 
 @contextlib.contextmanager
 def real_kubelet(
-    admin_kubeconfig: Path, *, node_name: str = "kubelet-node"
+    admin_kubeconfig: Path,
+    *,
+    node_name: str = "kubelet-node",
+    network: Mapping[str, Any] = LOOPBACK_NETWORK,
 ) -> Iterator[RealKubelet]:
-    """containerd and a kubelet registered as ``node_name``; both stopped, their mounts
-    and files removed, on exit."""
+    """containerd and a kubelet registered as ``node_name``, pods on the CNI ``network``
+    (a conflist); both stopped, their mounts and files removed, on exit."""
     folder = binary_dir()
     root = Path(tempfile.mkdtemp(prefix="dralet-kubelet-"))
     env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
@@ -203,7 +211,7 @@ def real_kubelet(
     try:
         (root / "cdi").mkdir()
         node_ip = _node_ip()
-        containerd_config, kubelet_config = _write_configs(root, node_ip)
+        containerd_config, kubelet_config = _write_configs(root, node_ip, network)
         with open(root / "containerd.log", "wb") as out:
             containerd = subprocess.Popen(
                 [str(folder / "containerd"), "--config", str(containerd_config)],
