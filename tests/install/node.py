@@ -22,6 +22,7 @@ import ipaddress
 import os
 import subprocess
 import tempfile
+import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,13 @@ SERVICE_PORT = 443
 POD_SUBNETS = ipaddress.IPv4Network("10.244.0.0/16")
 """Node n's pods get the n-th /24 of this."""
 STOP_TIMEOUT_S = 30
+STARTED_WITHIN_S = 60
+POLL_S = 0.2
+UP_MARKERS = {
+    "kubelet": b"Starting kubelet main sync loop",
+    "containerd": b"containerd successfully booted",
+}
+"""What each writes to its log once it serves (kubelet 1.37.2, containerd 2)."""
 EXAMPLE_IMAGE = "docker.io/library/busybox:1.36"
 """The image the chart's example pod names (templates/examples.yaml)."""
 
@@ -55,17 +63,25 @@ class InstallNode:
 
     def restart(self, which: str) -> None:
         """Stop the node's ``kubelet`` or ``containerd`` and start it again with the same
-        command line; containers and their shims keep running meanwhile."""
+        command line, returning once it says it is up; containers and their shims keep
+        running meanwhile."""
         old: subprocess.Popen[bytes] = getattr(self.kubelet, which)
         old.terminate()
         old.wait(timeout=STOP_TIMEOUT_S)
+        log = self.kubelet.root / f"{which}.log"
+        offset = log.stat().st_size
         env = {**os.environ, "PATH": f"{binary_dir()}:{os.environ['PATH']}"}
-        with open(self.kubelet.root / f"{which}.log", "ab") as out:
+        with open(log, "ab") as out:
             new = subprocess.Popen(
                 old.args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         self.restarted.append(new)
         setattr(self.kubelet, which, new)
+        deadline = time.monotonic() + STARTED_WITHIN_S
+        while UP_MARKERS[which] not in log.read_bytes()[offset:]:
+            if new.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{which} did not come back (exit {new.poll()})")
+            time.sleep(POLL_S)
 
     @property
     def name(self) -> str:
