@@ -32,7 +32,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,7 +120,7 @@ LOOPBACK_NETWORK = {"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "l
 
 
 def _write_configs(
-    root: Path, node_ip: str, network: Mapping[str, Any] = LOOPBACK_NETWORK
+    root: Path, node_ip: str, network: Mapping[str, Any] = LOOPBACK_NETWORK, port: int = 0
 ) -> tuple[Path, Path]:
     cni = root / "cni"
     cni.mkdir()
@@ -162,7 +162,7 @@ state = "{root}/containerd/state"
                 "containerRuntimeEndpoint": f"unix://{root}/containerd.sock",
                 "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
                 "authorization": {"mode": "AlwaysAllow"},
-                "port": 0,
+                "port": port,
                 "readOnlyPort": 0,
                 "healthzPort": 0,
                 "resolvConf": "",
@@ -197,9 +197,14 @@ def real_kubelet(
     *,
     node_name: str = "kubelet-node",
     network: Mapping[str, Any] = LOOPBACK_NETWORK,
+    command_prefix: Sequence[str] = (),
+    port: int = 0,
 ) -> Iterator[RealKubelet]:
     """containerd and a kubelet registered as ``node_name``, pods on the CNI ``network``
-    (a conflist); both stopped, their mounts and files removed, on exit."""
+    (a conflist), both started through ``command_prefix`` (e.g. an ``nsenter`` into a
+    mount namespace of the node's own), the kubelet's API on ``port`` (0: the kubelet's
+    default, 10250; two kubelets on one machine need their own); both stopped, their
+    mounts and files removed, on exit."""
     folder = binary_dir()
     root = Path(tempfile.mkdtemp(prefix="dralet-kubelet-"))
     env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
@@ -211,10 +216,10 @@ def real_kubelet(
     try:
         (root / "cdi").mkdir()
         node_ip = _node_ip()
-        containerd_config, kubelet_config = _write_configs(root, node_ip, network)
+        containerd_config, kubelet_config = _write_configs(root, node_ip, network, port)
         with open(root / "containerd.log", "wb") as out:
             containerd = subprocess.Popen(
-                [str(folder / "containerd"), "--config", str(containerd_config)],
+                [*command_prefix, str(folder / "containerd"), "--config", str(containerd_config)],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
         _wait_socket(root / "containerd.sock", containerd, 30)
@@ -223,6 +228,7 @@ def real_kubelet(
         with open(root / "kubelet.log", "wb") as out:
             kubelet = subprocess.Popen(
                 [
+                    *command_prefix,
                     str(folder / "kubelet"),
                     "--config", str(kubelet_config),
                     "--kubeconfig", str(admin_kubeconfig),

@@ -7,9 +7,11 @@ binaries); under ``CI=true`` that is a failure instead: CI runs these tests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from tests.k8sapi import ClusterApi
 from tests.k8scluster import Cluster
 from tests.kubefixtures import k8s_api, k8s_cluster
 
-__all__ = ["BuiltImage", "helm", "image", "k8s_api", "k8s_cluster", "node"]
+__all__ = ["BuiltImage", "helm", "image", "k8s_api", "k8s_cluster", "node", "two_nodes"]
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 1800
@@ -109,3 +111,29 @@ def node(k8s_cluster: Cluster, k8s_api: ClusterApi, image: BuiltImage) -> Iterat
         k8s_cluster.admin_kubeconfig, k8s_cluster.url, index=0, images={image.name: image.archive}
     ) as made:
         yield made
+
+
+@pytest.fixture
+def two_nodes(
+    k8s_cluster: Cluster, k8s_api: ClusterApi, image: BuiltImage
+) -> Iterator[list[InstallNode]]:
+    """Two real nodes on this machine, each seeing its own root at one shared path."""
+    reason = realkubelet.missing()
+    if reason:
+        unavailable(reason)
+    with contextlib.ExitStack() as stack:
+        # Short: the driver's socket paths under it must fit a unix socket address.
+        view = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dralet-view-")))
+        nodes = [
+            stack.enter_context(
+                install_node(
+                    k8s_cluster.admin_kubeconfig,
+                    k8s_cluster.url,
+                    index=index,
+                    images={image.name: image.archive},
+                    shared_view=view,
+                )
+            )
+            for index in (1, 2)
+        ]
+        yield nodes

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tests import realkubelet
-from tests.k8scluster import binary_dir
+from tests.k8scluster import binary_dir, free_port
 
 __all__ = ["InstallNode", "install_node"]
 
@@ -57,6 +57,11 @@ class InstallNode:
     kubelet: realkubelet.RealKubelet
     bridge: str
     subnet: ipaddress.IPv4Network
+    view: Path | None = None
+    """Where the node's pods see its root, when not at its real path (``install_node``'s
+    ``shared_view``)."""
+    holder: subprocess.Popen[bytes] | None = None
+    """The process keeping the node's own mount namespace, with ``shared_view``."""
     restarted: list[subprocess.Popen[bytes]] = field(default_factory=list)
     """Processes started by ``restart``: stopped by ``install_node`` on exit (the
     originals are real_kubelet's to stop)."""
@@ -97,11 +102,19 @@ class InstallNode:
     def chart_values(self) -> list[str]:
         """``--set`` arguments pointing the chart's host paths into this node's root."""
         k = self.kubelet
+        root = self.view or k.root
         return [
-            "--set", f"kubeletPaths.pluginsDir={k.plugins_dir}",
-            "--set", f"kubeletPaths.registryDir={k.registry_dir}",
-            "--set", f"cdiDir={k.cdi_dir}",
+            "--set", f"kubeletPaths.pluginsDir={root / k.plugins_dir.relative_to(k.root)}",
+            "--set", f"kubeletPaths.registryDir={root / k.registry_dir.relative_to(k.root)}",
+            "--set", f"cdiDir={root / k.cdi_dir.relative_to(k.root)}",
         ]  # fmt: skip
+
+    def read_in_node(self, path: Path) -> str:
+        """A file as the node's own processes see it (a volume the kubelet mounted)."""
+        prefix = _nsenter(self.holder) if self.holder is not None else []
+        return subprocess.run(
+            [*prefix, "cat", str(path)], check=True, capture_output=True, text=True
+        ).stdout
 
     def load_image(self, archive: Path, name: str) -> None:
         """``ctr images import`` of an OCI archive, then the name the chart asks for."""
@@ -139,6 +152,30 @@ def _network(bridge: str, subnet: ipaddress.IPv4Network, ipam_dir: Path) -> dict
             }
         ],
     }
+
+
+def _nsenter(holder: subprocess.Popen[bytes]) -> list[str]:
+    return ["nsenter", f"--mount=/proc/{holder.pid}/ns/mnt", "--"]
+
+
+@contextlib.contextmanager
+def _mount_namespace() -> Iterator[subprocess.Popen[bytes]]:
+    """A process holding a private mount namespace of its own."""
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sleep", "infinity"],
+        start_new_session=True,
+    )
+    try:
+        mine = os.readlink("/proc/self/ns/mnt")
+        deadline = time.monotonic() + STARTED_WITHIN_S
+        while os.readlink(f"/proc/{holder.pid}/ns/mnt") == mine:
+            if holder.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("unshare did not make a mount namespace")
+            time.sleep(POLL_S)
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def _run(*args: str) -> None:
@@ -185,22 +222,41 @@ def _stop_pods(node: InstallNode) -> None:
 
 @contextlib.contextmanager
 def install_node(
-    admin_kubeconfig: Path, api_url: str, *, index: int, images: dict[str, Path]
+    admin_kubeconfig: Path,
+    api_url: str,
+    *,
+    index: int,
+    images: dict[str, Path],
+    shared_view: Path | None = None,
 ) -> Iterator[InstallNode]:
     """Node ``install-node-<index>`` with its own bridge and subnet; ``images`` maps an
-    image name (as ``podman save`` wrote it, without ``localhost/``) to its archive."""
+    image name (as ``podman save`` wrote it, without ``localhost/``) to its archive.
+
+    With ``shared_view`` (an empty directory), the node's kubelet and containerd run in
+    a mount namespace of their own where that directory is the node's root: several
+    nodes on one machine then take the same chart values (one DaemonSet template) and
+    each pod's hostPaths land in its own node's root."""
     bridge = f"dralet-br{index}"
     subnet = list(POD_SUBNETS.subnets(new_prefix=24))[index]
-    with (
-        tempfile.TemporaryDirectory(prefix="dralet-ipam-") as ipam,
-        _service_proxy(bridge, api_url),
-        realkubelet.real_kubelet(
-            admin_kubeconfig,
-            node_name=f"install-node-{index}",
-            network=_network(bridge, subnet, Path(ipam)),
-        ) as kubelet,
-    ):
-        node = InstallNode(kubelet=kubelet, bridge=bridge, subnet=subnet)
+    with contextlib.ExitStack() as stack:
+        ipam = stack.enter_context(tempfile.TemporaryDirectory(prefix="dralet-ipam-"))
+        stack.enter_context(_service_proxy(bridge, api_url))
+        holder = stack.enter_context(_mount_namespace()) if shared_view is not None else None
+        kubelet = stack.enter_context(
+            realkubelet.real_kubelet(
+                admin_kubeconfig,
+                node_name=f"install-node-{index}",
+                network=_network(bridge, subnet, Path(ipam)),
+                command_prefix=_nsenter(holder) if holder is not None else (),
+                port=free_port(),
+            )
+        )
+        if holder is not None and shared_view is not None:
+            # The kubelet and containerd share the holder's namespace: they see it at once.
+            _run(*_nsenter(holder), "mount", "--bind", str(kubelet.root), str(shared_view))
+        node = InstallNode(
+            kubelet=kubelet, bridge=bridge, subnet=subnet, view=shared_view, holder=holder
+        )
         try:
             for name, archive in images.items():
                 node.load_image(archive, name)

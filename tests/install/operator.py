@@ -85,7 +85,23 @@ class Operator:
                 return ds
             return None
 
-        return until(done, f"daemonset/{daemonset} rolled out", within)
+        try:
+            return until(done, f"daemonset/{daemonset} rolled out", within)
+        except AssertionError as error:
+            raise AssertionError(f"{error}; its pods: {self.pod_states(namespace)}") from None
+
+    def pod_states(self, namespace: str) -> list[Any]:
+        """Each pod's node, phase, conditions and container states, for a failure."""
+        return [
+            (
+                p["metadata"]["name"],
+                p["spec"].get("nodeName"),
+                p.get("status", {}).get("phase"),
+                [(c["type"], c["status"]) for c in p.get("status", {}).get("conditions") or []],
+                [c.get("state") for c in p.get("status", {}).get("containerStatuses") or []],
+            )
+            for p in self.api.list("Pod", namespace=namespace)
+        ]
 
     def wait_ready(self, namespace: str, pod: str, within: float) -> dict[str, Any]:
         """``kubectl -n <ns> wait --for=condition=Ready pod/<name>``."""
