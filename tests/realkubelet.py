@@ -203,8 +203,9 @@ def real_kubelet(
     """containerd and a kubelet registered as ``node_name``, pods on the CNI ``network``
     (a conflist), both started through ``command_prefix`` (e.g. an ``nsenter`` into a
     mount namespace of the node's own), the kubelet's API on ``port`` (0: the kubelet's
-    default, 10250; two kubelets on one machine need their own); both stopped, their
-    mounts and files removed, on exit."""
+    default, 10250, k8s.io/kubernetes@v1.37.2 pkg/kubelet/apis/config/v1beta1/defaults.go;
+    two kubelets on one machine need their own); both stopped, their mounts and files
+    removed, on exit."""
     folder = binary_dir()
     root = Path(tempfile.mkdtemp(prefix="dralet-kubelet-"))
     env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}

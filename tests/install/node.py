@@ -47,7 +47,8 @@ UP_MARKERS = {
     "kubelet": b"Starting kubelet main sync loop",
     "containerd": b"containerd successfully booted",
 }
-"""What each writes to its log once it serves (kubelet 1.37.2, containerd 2)."""
+"""What each writes to its log once it serves (the kubelet's: k8s.io/kubernetes@v1.37.2
+pkg/kubelet/kubelet.go, syncLoop's start; containerd 2's, seen in its log)."""
 EXAMPLE_IMAGE = "docker.io/library/busybox:1.36"
 """The image the chart's example pod names (templates/examples.yaml)."""
 
