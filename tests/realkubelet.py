@@ -138,6 +138,8 @@ state = "{root}/containerd/state"
   enable_cdi = true
   cdi_spec_dirs = ["{root}/cdi"]
   restrict_oom_score_adj = true
+  # Pod network namespaces under this root (unmounted with it), not /var/run/netns.
+  netns_mounts_under_state_dir = true
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
