@@ -75,6 +75,12 @@ helm: $(HELM_DIR)/helm
 k8s:
 	scripts/k8s-build
 
+# The driver image from the Dockerfile, built with podman. Without PYTHON_IMAGE its base is
+# made from this machine's Debian packages (scripts/build-base-image): no registry needed.
+.PHONY: image
+image:
+	scripts/build-image
+
 bench: install
 	$(PY) benchmarks/run_all.py
 

@@ -32,9 +32,10 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.harness import podman
 from tests.k8scluster import Release, binary_dir, containerd_dir
@@ -118,12 +119,16 @@ class RealKubelet:
         return ""
 
 
-def _write_configs(root: Path, node_ip: str) -> tuple[Path, Path]:
+LOOPBACK_NETWORK = {"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "loopback"}]}
+"""The default pod network: loopback only (pods that talk to anything use the host's)."""
+
+
+def _write_configs(
+    root: Path, node_ip: str, network: Mapping[str, Any] = LOOPBACK_NETWORK, port: int = 0
+) -> tuple[Path, Path]:
     cni = root / "cni"
     cni.mkdir()
-    (cni / "10-loopback.conflist").write_text(
-        json.dumps({"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "loopback"}]})
-    )
+    (cni / "10-pods.conflist").write_text(json.dumps(network))
     containerd = root / "containerd.toml"
     containerd.write_text(
         f"""version = 3
@@ -137,6 +142,8 @@ state = "{root}/containerd/state"
   enable_cdi = true
   cdi_spec_dirs = ["{root}/cdi"]
   restrict_oom_score_adj = true
+  # Pod network namespaces under this root (unmounted with it), not /var/run/netns.
+  netns_mounts_under_state_dir = true
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
@@ -161,7 +168,7 @@ state = "{root}/containerd/state"
                 "containerRuntimeEndpoint": f"unix://{root}/containerd.sock",
                 "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
                 "authorization": {"mode": "AlwaysAllow"},
-                "port": 0,
+                "port": port,
                 "readOnlyPort": 0,
                 "healthzPort": 0,
                 "resolvConf": "",
@@ -192,10 +199,20 @@ def _wait_socket(path: Path, process: subprocess.Popen[bytes], within: float) ->
 
 @contextlib.contextmanager
 def real_kubelet(
-    admin_kubeconfig: Path, *, release: Release, node_name: str = "kubelet-node"
+    admin_kubeconfig: Path,
+    *,
+    release: Release | None = None,
+    node_name: str = "kubelet-node",
+    network: Mapping[str, Any] = LOOPBACK_NETWORK,
+    command_prefix: Sequence[str] = (),
+    port: int = 0,
 ) -> Iterator[RealKubelet]:
-    """containerd and a kubelet of ``release`` registered as ``node_name``; both stopped,
-    their mounts and files removed, on exit."""
+    """containerd and a kubelet of ``release`` (default: the first the k8s tests run on)
+    registered as ``node_name``, pods on the CNI ``network`` (a conflist), both started
+    through ``command_prefix`` (e.g. an ``nsenter`` into a mount namespace of the node's
+    own), the kubelet's API on ``port`` (0: the kubelet's default, 10250,
+    k8s.io/kubernetes@v1.37.2 pkg/kubelet/apis/config/v1beta1/defaults.go; two kubelets on
+    one machine need their own); both stopped, their mounts and files removed, on exit."""
     folder = binary_dir(release)
     runtime = containerd_dir()
     root = Path(tempfile.mkdtemp(prefix="dralet-kubelet-"))
@@ -209,10 +226,10 @@ def real_kubelet(
     try:
         (root / "cdi").mkdir()
         node_ip = _node_ip()
-        containerd_config, kubelet_config = _write_configs(root, node_ip)
+        containerd_config, kubelet_config = _write_configs(root, node_ip, network, port)
         with open(root / "containerd.log", "wb") as out:
             containerd = subprocess.Popen(
-                [str(runtime / "containerd"), "--config", str(containerd_config)],
+                [*command_prefix, str(runtime / "containerd"), "--config", str(containerd_config)],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
         _wait_socket(root / "containerd.sock", containerd, 30)
@@ -221,6 +238,7 @@ def real_kubelet(
         with open(root / "kubelet.log", "wb") as out:
             kubelet = subprocess.Popen(
                 [
+                    *command_prefix,
                     str(folder / KUBELET),
                     "--config", str(kubelet_config),
                     "--kubeconfig", str(admin_kubeconfig),

@@ -1,0 +1,175 @@
+"""Two real kubelets on this machine (their own roots, containerd, bridges and node
+names): one ``helm install`` runs a driver pod on each; a workload on each node gets a
+device from its own node's driver; the chart's admission policies refuse node A's
+driver, with the token its running pod was given, writing node B's ResourceSlices; and
+node A's driver killed leaves node B's claim prepared and its workload running.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.install import release
+from tests.install.node import InstallNode
+from tests.install.operator import Operator, condition, until
+from tests.k8sapi import ClusterApi
+
+pytestmark = [pytest.mark.install, pytest.mark.k8s, pytest.mark.e2e, pytest.mark.timeout(900)]
+
+TEMPLATE = "single-device"
+"""The example release's ResourceClaimTemplate (templates/examples.yaml)."""
+
+
+def _consumer(name: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": release.EXAMPLE_NAMESPACE},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "automountServiceAccountToken": False,
+            "resourceClaims": [{"name": "device", "resourceClaimTemplateName": TEMPLATE}],
+            "containers": [
+                {
+                    "name": "consumer",
+                    "image": "busybox:1.36",
+                    "command": ["sh", "-c", "env; ls -l /dev; sleep 3600"],
+                    "resources": {"claims": [{"name": "device"}]},
+                }
+            ],
+        },
+    }
+
+
+def _as_token(api: ClusterApi, token: str, method: str, path: str, body: Any) -> int:
+    context = ssl.create_default_context(cafile=str(api.cluster.workdir / "ca.crt"))
+    request = urllib.request.Request(api.url + path, data=json.dumps(body).encode(), method=method)
+    request.add_header("Authorization", f"Bearer {token}")
+    request.add_header(
+        "Content-Type",
+        "application/merge-patch+json" if method == "PATCH" else "application/json",
+    )
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def _ready(api: ClusterApi, pod: str) -> dict[str, Any] | None:
+    return condition(api.get("Pod", pod, namespace=release.EXAMPLE_NAMESPACE) or {}, "Ready")
+
+
+def _output(node: InstallNode, pod: str) -> str | None:
+    return node.kubelet.container_log(release.EXAMPLE_NAMESPACE, pod, "consumer") or None
+
+
+def _claim_of(api: ClusterApi, pod: str) -> dict[str, Any]:
+    [claim] = [
+        c for c in release.example_claims(api) if c["metadata"]["name"].startswith(f"{pod}-")
+    ]
+    return claim
+
+
+def test_one_release_drives_two_nodes_each_to_its_own(
+    k8s_api: ClusterApi, two_nodes: list[InstallNode], helm: str, tmp_path: Path
+) -> None:
+    api = k8s_api
+    a, b = two_nodes
+    operator = Operator(helm, api, tmp_path / "helm")
+    release.install_driver(operator, two_nodes)
+    pods = {n.name: release.ready_driver_pod(api, n.name) for n in two_nodes}
+    assert all(pods.values()), pods
+    slices = operator.resourceslices(release.DRIVER)
+    assert {s["spec"]["nodeName"] for s in slices} == {a.name, b.name}
+
+    # A workload on each node, from the example release's claim template.
+    release.install_example(operator)
+    api.create(_consumer("consumer-a", a.name))
+    api.create(_consumer("consumer-b", b.name))
+    for name, node in (("consumer-a", a), ("consumer-b", b)):
+        until(functools.partial(_ready, api, name), f"{name} Ready", release.WAIT_S)
+        output = until(functools.partial(_output, node, name), f"{name}'s output", release.WAIT_S)
+        assert "EXAMPLE_GPU_" in output and "example-gpu" in output, output
+        claim = _claim_of(api, name)
+        assert claim["status"]["allocation"]["nodeSelector"], claim
+        assert release.prepared(claim)
+        assert list(node.kubelet.cdi_dir.glob("*.json"))
+
+    # Node A's driver, with its running pod's own token, cannot write node B's slices.
+    pod_a = pods[a.name]
+    assert pod_a is not None
+    token = a.read_in_node(
+        a.kubelet.root / "kubelet" / "pods" / pod_a["metadata"]["uid"] / "volumes"
+        / "kubernetes.io~projected" / _projected_volume(pod_a) / "token"
+    )  # fmt: skip
+    [slice_b, *_] = [s for s in slices if s["spec"]["nodeName"] == b.name]
+    [slice_a, *_] = [s for s in slices if s["spec"]["nodeName"] == a.name]
+    path = "/apis/resource.k8s.io/v1/resourceslices"
+    patch = {"metadata": {"labels": {"dralet-test": "x"}}}
+    assert _as_token(api, token, "PATCH", f"{path}/{slice_a['metadata']['name']}", patch) == 200
+    assert _as_token(api, token, "PATCH", f"{path}/{slice_b['metadata']['name']}", patch) == 403
+    stolen = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "stolen"},
+        "spec": {**slice_b["spec"], "pool": {**slice_b["spec"]["pool"], "name": "stolen"}},
+    }
+    assert _as_token(api, token, "POST", path, stolen) == 403
+
+    # Node A's driver killed: node B's claim and workload are untouched.
+    claim_b = _claim_of(api, "consumer-b")
+    specs_b = sorted(b.kubelet.cdi_dir.glob("*.json"))
+    os.kill(_driver_pid(a), signal.SIGKILL)
+    until(
+        lambda: (
+            p
+            if (p := release.driver_pod(api, a.name))
+            and sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses") or [])
+            else None
+        ),
+        "node A's driver restarted by its kubelet",
+        release.WAIT_S,
+    )
+    after = _claim_of(api, "consumer-b")
+    assert after["metadata"]["uid"] == claim_b["metadata"]["uid"]
+    assert release.prepared(after)
+    assert sorted(b.kubelet.cdi_dir.glob("*.json")) == specs_b
+    consumer_b = api.get("Pod", "consumer-b", namespace=release.EXAMPLE_NAMESPACE)
+    assert consumer_b is not None and condition(consumer_b, "Ready")
+    assert release.ready_driver_pod(api, b.name) is not None
+
+    for name in ("consumer-a", "consumer-b"):
+        api.delete("Pod", name, namespace=release.EXAMPLE_NAMESPACE)
+    release.uninstall_all(operator, api)
+    for node in two_nodes:
+        assert not list(node.kubelet.cdi_dir.glob("*.json"))
+
+
+def _projected_volume(pod: dict[str, Any]) -> str:
+    [name] = [v["name"] for v in pod["spec"]["volumes"] if v["name"].startswith("kube-api-access-")]
+    return str(name)
+
+
+def _driver_pid(node: InstallNode) -> int:
+    flag = "--node-name=" + node.name
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if flag in argv and any(a.endswith("dralet") for a in argv[:2]):
+            return int(proc.name)
+    raise AssertionError(f"no driver process for {node.name}")
