@@ -206,11 +206,13 @@ async def test_recovery_destroys_a_mig_device_whose_claim_has_no_record(short_tm
     host = fake_dev(short_tmp / "host")
     nvml = mig_nvml(host)
     gpus = backend(short_tmp, nvml, mode="dynamic")
+    settings = node_settings(short_tmp / "node", driver_name=DRIVER)
+    async with running_node(settings, gpus):
+        pass  # the node has a claim store, in which the claim below has no record
     gi, ci = make(nvml, 0, 14, 0, 2)
     gpus.ledger.put(
         "gpu-0-mig-2g-20gb-0", {"claim": "gone-uid", "gpu": nvml.gpus[0].uuid, "gi": gi, "ci": ci}
     )
-    settings = node_settings(short_tmp / "node", driver_name=DRIVER)
     async with running_node(settings, gpus):
         pass
     assert instances(nvml) == {}
@@ -252,6 +254,8 @@ async def test_a_gpu_instance_left_without_its_compute_instance_is_finished_or_d
     claims = MemoryClaims()
     claim = claims.add(allocated_claim("c", driver=DRIVER, devices=[("m", "gpu-0-mig-1g-20gb-2")]))
     uid = claim["metadata"]["uid"]
+    async with running_node(settings, gpus, claims=claims):
+        pass  # a node with a claim store: a backend hold beside no store would be a lost one
     nvml.inits += 1
     gi = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(
         nvml.gpus[0], 15, ctypes.byref(_Placement(2, 2))
