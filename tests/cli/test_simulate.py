@@ -495,3 +495,44 @@ def test_an_attribute_that_is_not_an_object_is_bad_input_not_a_crash(
         "error: ResourceSlice shared: devices[0].attributes[model]: must be an object with "
         "one value (int, bool, string or version)\n"
     )
+
+
+def test_from_1_35_exact_count_skips_an_incomplete_pool(tmp_path: Path) -> None:
+    """One of two slices published: 1.34 takes its device, 1.35 and later wait."""
+    state = tmp_path / "incomplete.yaml"
+    state.write_text(
+        yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {"name": "gpu"},
+                    "spec": {},
+                },
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceSlice",
+                    "metadata": {"name": "s"},
+                    "spec": {
+                        "driver": "gpu.example.com",
+                        "nodeName": "node-a",
+                        "pool": {"name": "p", "generation": 1, "resourceSliceCount": 2},
+                        "devices": [{"name": "gpu-0"}],
+                    },
+                },
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": "c", "namespace": "default"},
+                    "spec": {
+                        "devices": {
+                            "requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]
+                        }
+                    },
+                },
+            ]
+        )
+    )
+    assert simulate("-k", "1.34", str(state))[0] == 0
+    assert simulate("-k", "1.35", str(state))[0] == 1
+    assert simulate("-k", "1.37", str(state))[0] == 1

@@ -13,7 +13,9 @@ constraints, and binding conditions carried into the results. Facts:
 k8s.io/dynamic-resource-allocation v0.37.2 structured/internal/incubating.
 
 Three outcomes, kept apart as the scheduler does: a fit (one ``AllocationResult`` per
-claim), no fit (the scheduler's Unschedulable "cannot allocate all claims"), and
+claim), no fit on this node (the scheduler's Unschedulable "cannot allocate all claims",
+or "invalid resource pools were encountered" when the node sees an invalid pool:
+ExactCount requests skip incomplete and invalid pools), and
 ``AllocationError`` for input the scheduler refuses outright (its framework.Error:
 a CEL error, a missing class, All over an incomplete pool, too many devices).
 """
@@ -49,6 +51,10 @@ COUNTERS_USED_UP = "its pool's shared counters would be over-used"
 PREVENTING_EFFECTS = ("NoSchedule", "NoExecute")
 """Taint effects that keep a device from a request that does not tolerate them; others
 (``None``, unknown ones) do not."""
+NO_FIT = "cannot allocate all claims"
+"""The scheduler's Unschedulable reason when the claims do not fit a node."""
+INVALID_POOLS = "invalid resource pools were encountered"
+"""The reason when they do not fit and the node sees an invalid pool."""
 _SHARE_IDS = uuid.UUID("5f3d1c2e-8f4a-4b7e-9a51-6d2c0e7b9a10")
 
 
@@ -74,6 +80,9 @@ class AllocatorSettings:
     """The DRA feature gates of the simulated release (all off: 1.35 and older)."""
     qualified_capacity_names: bool = False
     """Capacity requests may name a capacity with or without the driver's domain (1.38)."""
+    skip_unusable_pools: bool = False
+    """ExactCount requests skip incomplete and invalid pools, and an invalid pool fails only
+    its node (1.35 and later); before, an incomplete pool is used and an invalid one aborts."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,8 @@ class NodeAllocation:
     allocations: tuple[model.AllocationResult, ...] | None
     rejections: tuple[Rejection, ...] = ()
     notes: tuple[str, ...] = ()
+    reason: str = ""
+    """Why the claims do not fit here, in the scheduler's words (empty when they fit)."""
 
     @property
     def fits(self) -> bool:
@@ -309,12 +320,32 @@ class Allocator:
         search.claims = prepared
         fits = search.claim(0)
         allocations = tuple(self._result(p, node_pools.node) for p in prepared) if fits else None
+        reason = "" if fits else NO_FIT
+        # An invalid pool fails the node alone (ErrFailedAllocationOnNode), and only when
+        # the claims do not fit without it: k8s.io/dynamic-resource-allocation@v0.37.2
+        # structured/internal/incubating/allocator_incubating.go (Allocate, after allocateOne).
+        skips_pools = self.settings.skip_unusable_pools
+        if not fits and skips_pools and any(p.invalid_reason is not None for p in node_pools.pools):
+            reason = INVALID_POOLS
         return NodeAllocation(
             node=node_pools.node.name,
             allocations=allocations,
             rejections=tuple(search.rejections.values()),
             notes=node_pools.notes,
+            reason=reason,
         )
+
+    def missing_class(self, claim: model.ResourceClaim) -> str | None:
+        """The scheduler's PreFilter reason when a request (or any firstAvailable entry)
+        names a DeviceClass that does not exist: the pod is Unschedulable, not an error
+        (k8s.io/kubernetes@v1.37.2 pkg/scheduler/framework/plugins/dynamicresources/
+        dynamicresources.go, validateDeviceClass)."""
+        for request in claim.requests:
+            for sub in request.alternatives:
+                name = sub.device_class_name
+                if name not in self._classes:
+                    return f"request {sub.name}: device class {name} does not exist"
+        return None
 
     def claim_limit_problem(self, claim: model.ResourceClaim) -> str | None:
         """Why a claim asks for more devices than one claim may hold, before any node is
@@ -558,6 +589,18 @@ def _node_selector(
         return None
     term = model.NodeSelectorTerm(match_expressions=tuple(expressions), match_fields=tuple(fields))
     return model.NodeSelector(terms=(term,))
+
+
+def _unusable_pool(pool: pools.Pool) -> str | None:
+    """Why an ExactCount request takes nothing from ``pool``: the scheduler skips
+    incomplete and invalid pools there since 1.35 (k8s.io/dynamic-resource-allocation
+    @v0.35.0 and @v0.37.2 structured/internal/incubating/allocator_incubating.go,
+    allocateOne; @v0.34.0 does not)."""
+    if pool.incomplete:
+        return f"pool {pool.label} is incomplete: not searched"
+    if pool.invalid_reason is not None:
+        return f"pool {pool.label} is invalid ({pool.invalid_reason}): not searched"
+    return None
 
 
 class _Counters:
@@ -916,9 +959,16 @@ class _Search:
             if busy is not None:
                 self._reject(claim, alternative, candidate, busy)
                 continue
+            skips_pools = self.allocator.settings.skip_unusable_pools
+            unusable = _unusable_pool(candidate.pool) if skips_pools else None
+            if unusable is not None:
+                self._reject(claim, alternative, candidate, unusable)
+                continue
             if not self.selectable(claim, alternative, candidate):
                 continue
             if candidate.pool.invalid_reason is not None:
+                # Before 1.35 an invalid pool aborts the pod (v0.34.0 structured/internal/
+                # incubating allocateOne); the pool is skipped since.
                 raise AllocationError(
                     f"pool {candidate.pool.label} is invalid: {candidate.pool.invalid_reason}"
                 )

@@ -32,6 +32,7 @@ __all__ = [
 ANY_NODE = ""
 """The node name used when no node is known (only allNodes slices, no Node objects)."""
 ALL_IN_USE = "every device visible from this node is in use"
+NOT_REACHABLE = "cannot reach a claim the pod shares"
 
 Status = Literal["allocated", "already-allocated", "unschedulable", "error"]
 
@@ -46,6 +47,9 @@ class SimulationSettings:
     """Nodes whose rejections are kept per claim when explaining a claim that did not fit."""
     evictions: eviction.EvictionSettings = field(default_factory=eviction.EvictionSettings)
     """How the device taint eviction controller reads already-allocated claims."""
+    filter_every_node: bool = True
+    """Try a pod on every node, as the scheduler's Filter does, so that an allocator error
+    on any node aborts the pod even where an earlier node fits; off stops at the first fit."""
 
 
 @dataclass(frozen=True)
@@ -199,13 +203,22 @@ class _Run:
         bound = [c for c in used if c.allocation is not None]
         pending = [c for c in used if c.allocation is None]
         for claim in pending:
+            missing = self.allocator.missing_class(claim)
+            if missing is not None:
+                return PodOutcome(pod, "unschedulable", claims=keys, error=missing), [
+                    ClaimOutcome(claim=claim, status="unschedulable", error=missing)
+                ]
+        for claim in pending:
             problem = self.allocator.claim_limit_problem(claim)
             if problem is not None:
                 return PodOutcome(pod, "error", claims=keys, error=problem), [
                     ClaimOutcome(claim=claim, status="error", error=problem)
                 ]
+        fit: tuple[int, model.Node, allocator.NodeAllocation] | None = None
+        reasons: dict[str, int] = {}
         for tried, node in enumerate(self.nodes, start=1):
             if not all(self._reachable(claim, node) for claim in bound):
+                reasons[NOT_REACHABLE] = reasons.get(NOT_REACHABLE, 0) + 1
                 continue
             node_pools = self.inventory.for_node(node)
             try:
@@ -213,11 +226,23 @@ class _Run:
                     pending, node_pools=node_pools, in_use=self.in_use
                 )
             except allocator.AllocationError as error:
+                # The scheduler filters every node, and an error on any one aborts the
+                # pod, even where another node fits (k8s.io/kubernetes@v1.37.2 pkg/scheduler/
+                # framework/plugins/dynamicresources/dynamicresources.go, Filter: an
+                # allocator error that is not ErrFailedAllocationOnNode is statusError).
                 return PodOutcome(
                     pod, "error", node=node.name, claims=keys, error=str(error), nodes_tried=tried
                 ), []
             if outcome.allocations is None:
+                reasons[outcome.reason] = reasons.get(outcome.reason, 0) + 1
                 continue
+            if fit is None:
+                fit = (tried, node, outcome)
+            if not self.settings.filter_every_node:
+                break
+        if fit is not None:
+            tried, node, outcome = fit
+            assert outcome.allocations is not None
             results = []
             for claim, allocation in zip(pending, outcome.allocations, strict=True):
                 self._hold(claim, allocation)
@@ -236,11 +261,13 @@ class _Run:
             return PodOutcome(
                 pod, "scheduled", node=node.name, claims=keys, nodes_tried=tried
             ), results
+        summary = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
         return PodOutcome(
             pod,
             "unschedulable",
             claims=keys,
-            error="cannot allocate all claims of the pod on any one node",
+            error=f"cannot allocate all claims of the pod on any one node "
+            f"(0/{len(self.nodes)} nodes: {summary or 'none'})",
             nodes_tried=len(self.nodes),
         ), [
             ClaimOutcome(
@@ -261,6 +288,9 @@ class _Run:
         return selector is None or nodes.node_selector_matches(selector, node)
 
     def claim(self, claim: model.ResourceClaim) -> ClaimOutcome:
+        missing = None if claim.allocation else self.allocator.missing_class(claim)
+        if missing is not None:
+            return ClaimOutcome(claim=claim, status="unschedulable", error=missing)
         problem = None if claim.allocation else self.allocator.claim_limit_problem(claim)
         if problem is not None:
             return ClaimOutcome(claim=claim, status="error", error=problem)

@@ -36,9 +36,12 @@ INDENT = "  "
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 FIRST_VERSION_ALL_NEEDS_A_DEVICE = (1, 33)
 FIRST_VERSION_QUALIFIED_CAPACITY_NAMES = (1, 38)
+"""A capacity request may name the capacity with the driver's domain (#142202)."""
 FIRST_VERSION_EMPTY_EFFECT_TOLERATES_NO_EXECUTE = (1, 38)
 """A toleration with an empty effect protects against NoExecute eviction (#143376)."""
-"""A capacity request may name the capacity with the driver's domain (#142202)."""
+FIRST_VERSION_SKIPS_UNUSABLE_POOLS = (1, 35)
+"""ExactCount skips incomplete and invalid pools; an invalid pool fails only its node
+(k8s.io/dynamic-resource-allocation@v0.35.0 structured/internal/*/allocator_*.go)."""
 SUPPORTED_KUBERNETES_VERSIONS = releases.KUBERNETES_RELEASES
 """Every release dralet knows: the scheduler's behaviour per release is in
 ``dralet.allocation.features`` and the settings below."""
@@ -117,6 +120,7 @@ def _settings(
             all_mode_needs_a_device=(major, minor) >= FIRST_VERSION_ALL_NEEDS_A_DEVICE,
             features=features,
             qualified_capacity_names=(major, minor) >= FIRST_VERSION_QUALIFIED_CAPACITY_NAMES,
+            skip_unusable_pools=(major, minor) >= FIRST_VERSION_SKIPS_UNUSABLE_POOLS,
         ),
     )
 
