@@ -65,7 +65,8 @@ class ClaimOutcome:
     explanations: tuple[allocator.NodeAllocation, ...] = ()
     """With explain: the chosen node's outcome, or the first nodes tried when none fit."""
     eviction: str | None = None
-    """An already-allocated claim whose pods NoExecute device taints evict: why."""
+    """A claim (already allocated or allocated in the run) whose pods NoExecute device
+    taints evict: why."""
 
 
 PodStatus = Literal["scheduled", "unschedulable", "error"]
@@ -256,6 +257,7 @@ class _Run:
                         node=node.name,
                         allocation=allocation,
                         nodes_tried=tried,
+                        eviction=self._eviction(allocation),
                     )
                 )
             return PodOutcome(
@@ -279,6 +281,15 @@ class _Run:
             for claim in pending
         ]
 
+    def _eviction(self, allocation: model.AllocationResult) -> str | None:
+        """Why the device taint eviction controller evicts the claim's pods. The scheduler
+        lets a toleration without an effect take a NoExecute-tainted device, but before
+        1.38 the controller counts only ``effect: NoExecute`` tolerations and evicts the
+        pod right after binding (see ``eviction``)."""
+        if not self.settings.allocator.features.device_taints:
+            return None
+        return eviction.eviction(allocation, self.devices, settings=self.settings.evictions)
+
     def _reachable(self, claim: model.ResourceClaim, node: model.Node) -> bool:
         """Whether a pod on ``node`` can use a claim allocated before it."""
         allocated_on = self.claim_nodes.get(claim.key)
@@ -295,16 +306,11 @@ class _Run:
         if problem is not None:
             return ClaimOutcome(claim=claim, status="error", error=problem)
         if claim.allocation is not None:
-            evicted = None
-            if self.settings.allocator.features.device_taints:
-                evicted = eviction.eviction(
-                    claim.allocation, self.devices, settings=self.settings.evictions
-                )
             return ClaimOutcome(
                 claim=claim,
                 status="already-allocated",
                 allocation=claim.allocation,
-                eviction=evicted,
+                eviction=self._eviction(claim.allocation),
             )
         explained: list[allocator.NodeAllocation] = []
         quick = _needs_a_free_device(claim)
@@ -345,6 +351,7 @@ class _Run:
                     node=node.name,
                     allocation=allocation,
                     nodes_tried=tried,
+                    eviction=self._eviction(allocation),
                     explanations=(outcome,) if self.explain else (),
                 )
             if self.explain and len(explained) < self.settings.max_explained_nodes:
