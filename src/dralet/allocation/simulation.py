@@ -17,7 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from dralet.allocation import allocator, cel, eviction, manifests, model, nodes, pools, taintrules
+from dralet.allocation import (
+    allocator,
+    cel,
+    eviction,
+    extended,
+    manifests,
+    model,
+    nodes,
+    pools,
+    taintrules,
+)
 from dralet.allocation.inuse import InUse
 
 __all__ = [
@@ -146,6 +156,7 @@ class _Run:
             inputs.classes, engine=engine, settings=settings.allocator
         )
         self.in_use = InUse.from_claims(inputs.claims)
+        self.classes = inputs.classes
         self.explain = explain
         self.settings = settings
         self.done: dict[str, model.ResourceClaim] = {}
@@ -200,7 +211,16 @@ class _Run:
                         pod, "error", error=f"ResourceClaimTemplate {key} is not in the input"
                     ), []
                 used.append(replace(template, name=f"{pod.name}-{ref.name}", allocation=None))
+        backed, unbacked = extended.claim_for(pod, self.classes)
+        if backed is not None:
+            used.append(backed)
         keys = tuple(c.key for c in used)
+        if unbacked:
+            # No class backs it and no node lists it: "cannot fit resource" on every node
+            # (extendeddynamicresources.go, filterExtendedResources).
+            return PodOutcome(
+                pod, "unschedulable", claims=keys, error=f"cannot fit resource {unbacked[0]}"
+            ), []
         bound = [c for c in used if c.allocation is not None]
         pending = [c for c in used if c.allocation is None]
         for claim in pending:
@@ -390,7 +410,12 @@ def simulate(
     by_key = {claim.key: claim for claim in inputs.claims}
     pod_outcomes: list[PodOutcome] = []
     outcomes: list[ClaimOutcome] = []
+    ignored = list(inputs.ignored)
     for pod in inputs.pods:
+        if not pod.claims and extended.claim_for(pod, inputs.classes) == (None, ()):
+            # Extended resources no class backs: a device plugin's, not simulated.
+            ignored.append(f"Pod {pod.key}")
+            continue
         pod_outcome, claim_outcomes = run.pod(pod, by_key, inputs.templates)
         pod_outcomes.append(pod_outcome)
         outcomes.extend(claim_outcomes)
@@ -401,5 +426,5 @@ def simulate(
     }
     outcomes.extend(run.claim(claim) for claim in inputs.claims if claim.key not in used)
     return SimulationReport(
-        outcomes=tuple(outcomes), ignored=inputs.ignored, pods=tuple(pod_outcomes)
+        outcomes=tuple(outcomes), ignored=tuple(ignored), pods=tuple(pod_outcomes)
     )
