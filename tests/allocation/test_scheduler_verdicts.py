@@ -138,3 +138,24 @@ def test_a_missing_device_class_is_unschedulable() -> None:
     ]
     status, _, error = _pod(_run(objects))
     assert (status, error) == ("unschedulable", "request r/b: device class nope does not exist")
+
+
+def test_from_1_38_all_over_an_incomplete_pool_fails_only_its_node() -> None:
+    objects = [
+        dclass(),
+        rslice("a", [dev("gpu-0")], node="node-a", count=2),
+        rslice("b", [dev("gpu-0")], node="node-b", pool="pool-b"),
+        claim("c", req(mode="All")),
+        pod("p", "c"),
+    ]
+    since_138 = allocator.AllocatorSettings(
+        skip_unusable_pools=True, all_mode_unusable_pool_fails_node=True
+    )
+    assert _pod(_run(objects, since_138))[:2] == ("scheduled", "node-b")
+    status, _, error = _pod(_run(objects))
+    assert status == "error"
+    assert error is not None and "is currently being updated" in error
+    # Alone, node-a makes the pod Unschedulable, for the reason the allocator gives.
+    status, _, error = _pod(_run(objects[:2] + objects[3:], since_138))
+    assert status == "unschedulable"
+    assert error is not None and "1 claim default/c, request r: asks for all devices" in error

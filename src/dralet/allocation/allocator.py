@@ -62,6 +62,11 @@ class AllocationError(errors.PermanentError):
     """Input the scheduler refuses outright: scheduling the pod is aborted, not retried here."""
 
 
+class _FailedOnNode(Exception):
+    """The claims cannot be allocated on this node, whatever other nodes hold (the
+    scheduler's ErrFailedAllocationOnNode)."""
+
+
 @dataclass(frozen=True)
 class AllocatorSettings:
     """How the simulated scheduler behaves."""
@@ -83,6 +88,9 @@ class AllocatorSettings:
     skip_unusable_pools: bool = False
     """ExactCount requests skip incomplete and invalid pools, and an invalid pool fails only
     its node (1.35 and later); before, an incomplete pool is used and an invalid one aborts."""
+    all_mode_unusable_pool_fails_node: bool = False
+    """An All request on a node with an incomplete or invalid pool fails that node alone
+    (1.38); before, it aborts the pod."""
 
 
 @dataclass(frozen=True)
@@ -316,7 +324,15 @@ class Allocator:
         ``AllocationError`` where the scheduler would give up on the pod.
         """
         search = _Search(self, node_pools=node_pools, in_use=in_use, explain=explain)
-        prepared = [self._prepare(claim, node_pools, search) for claim in claims]
+        try:
+            prepared = [self._prepare(claim, node_pools, search) for claim in claims]
+        except _FailedOnNode as failure:
+            return NodeAllocation(
+                node=node_pools.node.name,
+                allocations=None,
+                notes=node_pools.notes,
+                reason=str(failure),
+            )
         search.claims = prepared
         fits = search.claim(0)
         allocations = tuple(self._result(p, node_pools.node) for p in prepared) if fits else None
@@ -450,14 +466,22 @@ class Allocator:
             count=sub.count,
         )
         if sub.allocation_mode == model.ALL:
+            # From 1.38 this fails the node alone (ErrFailedAllocationOnNode), before it
+            # aborts the pod: k8s.io/dynamic-resource-allocation@v0.38.0-beta.0 and @v0.37.2
+            # structured/internal/incubating/allocator_incubating.go (validateDeviceRequest).
+            refusal: type[Exception] = (
+                _FailedOnNode
+                if self.settings.all_mode_unusable_pool_fails_node
+                else AllocationError
+            )
             for pool in node_pools.pools:
                 if pool.incomplete:
-                    raise AllocationError(
+                    raise refusal(
                         f"{where}: asks for all devices, but resource pool {pool.label} is "
                         "currently being updated"
                     )
                 if pool.invalid_reason is not None:
-                    raise AllocationError(
+                    raise refusal(
                         f"{where}: asks for all devices, but resource pool {pool.label} is "
                         "currently invalid"
                     )
