@@ -159,3 +159,18 @@ def test_from_1_38_all_over_an_incomplete_pool_fails_only_its_node() -> None:
     status, _, error = _pod(_run(objects[:2] + objects[3:], since_138))
     assert status == "unschedulable"
     assert error is not None and "1 claim default/c, request r: asks for all devices" in error
+
+
+def test_a_device_picked_with_admin_access_is_not_free_for_another_claim_of_the_pod() -> None:
+    # The scheduler marks a device an adminAccess request picks as being allocated: the
+    # pod's other claim cannot have both devices.
+    objects = [
+        dclass(),
+        rslice("s", [dev("gpu-0"), dev("gpu-1")]),
+        claim("admin", req(admin=True)),
+        claim("both", req(count=2)),
+        pod("p", "admin", "both"),
+    ]
+    assert _pod(_run(objects))[0] == "unschedulable"
+    # Without the admin claim, or as a claim of its own, both devices are free.
+    assert _pod(_run([*objects[:2], objects[3], pod("p", "both")]))[0] == "scheduled"

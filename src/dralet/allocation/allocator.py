@@ -695,7 +695,11 @@ class _Search:
         self.in_use = in_use
         self.explain = explain
         self.claims: list[_PreparedClaim] = []
-        self.allocating: dict[model.DeviceId, str] = {}
+        self.allocating: dict[model.DeviceId, list[str]] = {}
+        """Who picked each device in this search; an admin-access pick counts too, keeping
+        the device from later non-admin requests of any claim (k8s.io/dynamic-resource-
+        allocation@v0.37.2 structured/internal/incubating/allocator_incubating.go,
+        allocateDevice marks allocatingDevices whatever the request's admin access)."""
         self.sharing: dict[model.DeviceId, list[dict[str, Fraction]]] = {}
         """Shares being taken in this search, per device."""
         self.counters = _Counters(in_use)
@@ -785,7 +789,8 @@ class _Search:
         )
         if holder is not None:
             return f"in use: allocated to claim {holder}"
-        picker = None if multiple else self.allocating.get(candidate.device_id)
+        pickers = None if multiple else self.allocating.get(candidate.device_id)
+        picker = pickers[-1] if pickers else None
         if picker is not None:
             return f"in use: already picked for {picker} in this pass"
         return None
@@ -904,8 +909,7 @@ class _Search:
         multiple = self.multiple(candidate)
         where = f"claim {prepared.claim.key}, request {alternative.sub.name}"
         if not multiple:
-            if not alternative.admin:
-                self.allocating[candidate.device_id] = where
+            self.allocating.setdefault(candidate.device_id, []).append(where)
             self.claim_picks[(prepared.claim.key, candidate.device_id)] = alternative.sub.name
         consumed: dict[str, Fraction] | None = None
         share_id = None
@@ -940,7 +944,9 @@ class _Search:
         if pick.consumed is not None:
             self.sharing[candidate.device_id].pop()
         else:
-            if not alternative.admin:
+            pickers = self.allocating[candidate.device_id]
+            pickers.pop()
+            if not pickers:
                 del self.allocating[candidate.device_id]
             del self.claim_picks[(prepared.claim.key, candidate.device_id)]
         for constraint in reversed(pick.constraints):
