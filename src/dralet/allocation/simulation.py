@@ -4,8 +4,11 @@ node where it fits.
 Owns the loop the scheduler's Filter runs for a pod: all the pod's unallocated claims
 are allocated together on one node, the allocator backtracking across them (a first
 claim's pick must not make the second unschedulable when another pick fits both);
-nodes are tried in name order (or only the one asked for), the first node where
-everything fits wins, and its devices count as in use for the pods after it. A claim
+nodes are tried in name order (or only the one asked for), every one of them as the
+scheduler's Filter does: an allocator error on any node fails the pod, else the first
+node where everything fits wins, and its devices count as in use for the pods after it.
+A request naming a missing DeviceClass makes the pod Unschedulable before any node is
+tried; extended resources backed by DRA add the pod's own claim (``extended``). A claim
 allocated for an earlier pod (or with ``status.allocation``) binds the later pods that
 share it to a node it can be reached from. A claim from a template is generated per
 pod, named ``<pod>-<pod claim name>``. Claims no pod uses are allocated one by one
