@@ -92,7 +92,12 @@ async def list_device_taint_rules(
     client: KubeClient, *, version: str | None = None
 ) -> list[dict[str, Any]]:
     """Every DeviceTaintRule; none where the server does not serve the kind."""
-    resource = resources.device_taint_rules(await _version(client, version))
+    return await _list_served(client, resources.device_taint_rules(await _version(client, version)))
+
+
+async def _list_served(client: KubeClient, resource: resources.Resource) -> list[dict[str, Any]]:
+    """Every object of ``resource``; none where the server does not serve it (the API
+    stand-in serves no Pods, an older server no DeviceTaintRules)."""
     try:
         listed = await client.list(resource)
     except status.ApiError as error:
@@ -100,10 +105,6 @@ async def list_device_taint_rules(
             return []
         raise
     return list(listed.get("items") or [])
-
-
-async def _list_core(client: KubeClient, resource: resources.Resource) -> list[dict[str, Any]]:
-    return list((await client.list(resource)).get("items") or [])
 
 
 async def read_inventory(
@@ -127,8 +128,8 @@ async def read_inventory(
             ),
             device_classes=tuple(await list_device_classes(client, version=version)),
             taint_rules=tuple(await list_device_taint_rules(client, version=version)),
-            nodes=tuple(await _list_core(client, resources.NODES)),
-            pods=tuple(await _list_core(client, resources.PODS)),
+            nodes=tuple(await _list_served(client, resources.NODES)),
+            pods=tuple(await _list_served(client, resources.PODS)),
         )
     return ResourceInventory(
         api_version=version,
