@@ -10,13 +10,16 @@ the pods before it) and must reach the same verdict; where both place the pod,
 ``simulate``'s allocation must be valid on that state (devices of its node's pools, none
 taken twice, as many as each request asks for).
 
-CI runs ``SEEDS`` (fixed); ``make simulate-differential`` runs more
+Scenarios are played in batches of ``BATCH`` (their nodes registered, their objects
+made, a probe pod waited for, then all deleted), so that node heartbeats keep up. CI
+runs ``CI_SCENARIOS`` fixed seeds; ``make simulate-differential`` runs more
 (``DRALET_SIMULATE_SCENARIOS``, from ``DRALET_SIMULATE_FIRST_SEED``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
@@ -214,9 +217,12 @@ def _reason_class(error: str) -> str:
 
 
 PROBE = "gen-probe"
+BATCH = CI_SCENARIOS
+"""Scenarios whose nodes are registered at once: with many more, their heartbeats fall
+behind on two cores and the node lifecycle controller taints them NotReady."""
 
 
-def _probe() -> list[dict[str, Any]]:
+def _probe(probe: str) -> list[dict[str, Any]]:
     """Objects made after every scenario's: a slice of two devices, a DeviceTaintRule on
     the first, a claim and a pod. The scheduler's informers deliver each kind in order, so
     once it gives the pod the second device it has seen every slice, rule and claim."""
@@ -225,132 +231,159 @@ def _probe() -> list[dict[str, Any]]:
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "DeviceClass",
-            "metadata": {"name": PROBE},
+            "metadata": {"name": probe},
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
         },
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
-            "metadata": {"name": PROBE},
+            "metadata": {"name": probe},
             "spec": {
                 "driver": driver,
-                "pool": {"name": PROBE, "generation": 1, "resourceSliceCount": 1},
-                "nodeName": PROBE,
+                "pool": {"name": probe, "generation": 1, "resourceSliceCount": 1},
+                "nodeName": probe,
                 "devices": [{"name": "probe-0"}, {"name": "probe-1"}],
             },
         },
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "DeviceTaintRule",
-            "metadata": {"name": PROBE},
+            "metadata": {"name": probe},
             "spec": {
-                "deviceSelector": {"driver": driver, "pool": PROBE, "device": "probe-0"},
+                "deviceSelector": {"driver": driver, "pool": probe, "device": "probe-0"},
                 "taint": {"key": simulate_scenarios.TAINT_KEY, "effect": "NoSchedule"},
             },
         },
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
-            "metadata": {"name": PROBE, "namespace": NS},
+            "metadata": {"name": probe, "namespace": NS},
             "spec": {
-                "devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": PROBE}}]}
+                "devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": probe}}]}
             },
         },
     ]
 
 
-def _probe_pod() -> dict[str, Any]:
+def _probe_pod(probe: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": PROBE, "namespace": NS},
+        "metadata": {"name": probe, "namespace": NS},
         "spec": {
             "automountServiceAccountToken": False,
-            "nodeSelector": {"kubernetes.io/hostname": PROBE},
+            "nodeSelector": {"kubernetes.io/hostname": probe},
             "containers": [{"name": "c", "image": "busybox"}],
-            "resourceClaims": [{"name": "c", "resourceClaimName": PROBE}],
+            "resourceClaims": [{"name": "c", "resourceClaimName": probe}],
         },
     }
 
 
-def _probe_device(api: ClusterApi) -> str | None:
-    claim = api.get("ResourceClaim", PROBE, namespace=NS) or {}
+def _probe_device(api: ClusterApi, probe: str) -> str | None:
+    claim = api.get("ResourceClaim", probe, namespace=NS) or {}
     allocation = (claim.get("status") or {}).get("allocation")
     return allocation["devices"]["results"][0]["device"] if allocation else None
 
 
-@pytest.fixture
-async def scenarios(k8s_api: ClusterApi) -> AsyncIterator[list[simulate_scenarios.Scenario]]:
-    """Every scenario's objects created, its nodes Ready for the test."""
-    made = [simulate_scenarios.scenario(seed) for seed in seeds()]
-    k8s_api.patch(
-        "Namespace", NS, {"metadata": {"labels": {simulate_scenarios.ADMIN_LABEL: "true"}}}
-    )
+@contextlib.asynccontextmanager
+async def _batch(
+    k8s_api: ClusterApi, made: list[simulate_scenarios.Scenario], index: int
+) -> AsyncIterator[None]:
+    """The scenarios' objects created and their nodes Ready; their pods, claims and nodes
+    deleted after."""
+    probe = f"{PROBE}-{index}"
+    names = [*(n for s in made for n in s.nodes), probe]
     async with await kube.connect(kubeconfig=k8s_api.cluster.admin_kubeconfig) as admin:
-        beats = [NodeHeartbeat(admin, n) for s in made for n in s.nodes]
-        beats.append(NodeHeartbeat(admin, PROBE))
+        beats = [NodeHeartbeat(admin, n) for n in names]
         for beat in beats:
             await beat.register()
         tasks = [asyncio.create_task(beat.run()) for beat in beats]
-        k8s_api.wait_for_default_service_account()
         try:
             for scenario in made:
                 for obj in scenario.objects():
                     k8s_api.create(obj)
-            for obj in _probe():
+            for obj in _probe(probe):
                 k8s_api.create(obj)
             await asyncio.sleep(SCHEDULER_CACHE_GRACE)
-            k8s_api.create(_probe_pod())
-            seen = await eventually(lambda: _probe_device(k8s_api), "the probe pod's device")
+            k8s_api.create(_probe_pod(probe))
+            seen = await eventually(lambda: _probe_device(k8s_api, probe), "the probe's device")
             assert seen == "probe-1", "the scheduler had not seen the probe's DeviceTaintRule"
-            yield made
+            yield
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            # What the next batch need not list again: pods (their extended-resource
+            # claims go with them), claims, nodes.
+            for scenario in made:
+                for pod in scenario.pods:
+                    if k8s_api.get("Pod", pod["metadata"]["name"], namespace=NS):
+                        k8s_api.delete("Pod", pod["metadata"]["name"], namespace=NS)
+                for claim in scenario.claims:
+                    k8s_api.delete("ResourceClaim", claim["metadata"]["name"], namespace=NS)
+            for name in names:
+                k8s_api.delete("Node", name)
+
+
+async def _play(
+    k8s_api: ClusterApi,
+    scenario: simulate_scenarios.Scenario,
+    release: str,
+    tmp_path: Path,
+    verdicts: dict[str, int],
+    disagreements: list[str],
+    reasons: dict[str, int],
+) -> None:
+    """The scenario's pods one at a time, each judged by the scheduler then by simulate."""
+    for pod in scenario.pods:
+        name = pod["metadata"]["name"]
+        own = {r["resourceClaimName"] for r in pod["spec"]["resourceClaims"]}
+        before = [
+            c
+            for c in _live_claims(k8s_api, scenario)
+            if "status" in c or c["metadata"]["name"] in own
+        ]
+        k8s_api.create(pod)
+        real = await eventually(
+            lambda n=name: _decided(k8s_api, n), f"the scheduler's decision on {name}"
+        )
+        # In the event loop's thread: the command is not made to run in another.
+        report = _simulate(scenario, before, pod, release, tmp_path / "state.json")
+        (simulated,) = report["pods"]
+        verdicts[real] += 1
+        if simulated["status"] != real:
+            disagreements.append(
+                f"{name}: kube-scheduler {real} ({_message(k8s_api, name)}), "
+                f"simulate {simulated['status']} ({simulated.get('error')})"
+            )
+        elif real == "scheduled":
+            problem = _invalid_allocation(scenario, before, report)
+            if problem is not None:
+                disagreements.append(f"{name}: simulate's allocation is invalid: {problem}")
+        else:
+            reason = _reason_class(simulated.get("error") or "")
+            reasons[reason] = reasons.get(reason, 0) + 1
 
 
 async def test_simulate_agrees_with_kube_scheduler_on_random_clusters(
-    k8s_api: ClusterApi,
-    scenarios: list[simulate_scenarios.Scenario],
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    k8s_api: ClusterApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    scenarios = [simulate_scenarios.scenario(seed) for seed in seeds()]
+    k8s_api.patch(
+        "Namespace", NS, {"metadata": {"labels": {simulate_scenarios.ADMIN_LABEL: "true"}}}
+    )
+    k8s_api.wait_for_default_service_account()
     release = k8s_api.kubernetes_version
     disagreements: list[str] = []
     verdicts = {"scheduled": 0, "unschedulable": 0, "error": 0}
     features: set[str] = set()
     reasons: dict[str, int] = {}
-    for scenario in scenarios:
-        features |= scenario.features
-        for pod in scenario.pods:
-            name = pod["metadata"]["name"]
-            own = {r["resourceClaimName"] for r in pod["spec"]["resourceClaims"]}
-            before = [
-                c
-                for c in _live_claims(k8s_api, scenario)
-                if "status" in c or c["metadata"]["name"] in own
-            ]
-            k8s_api.create(pod)
-            real = await eventually(
-                lambda n=name: _decided(k8s_api, n), f"the scheduler's decision on {name}"
-            )
-            # In the event loop's thread: the command is not made to run in another.
-            report = _simulate(scenario, before, pod, release, tmp_path / "state.json")
-            (simulated,) = report["pods"]
-            verdicts[real] += 1
-            if simulated["status"] != real:
-                disagreements.append(
-                    f"{name}: kube-scheduler {real} ({_message(k8s_api, name)}), "
-                    f"simulate {simulated['status']} ({simulated.get('error')})"
-                )
-            elif real == "scheduled":
-                problem = _invalid_allocation(scenario, before, report)
-                if problem is not None:
-                    disagreements.append(f"{name}: simulate's allocation is invalid: {problem}")
-            else:
-                reason = _reason_class(simulated.get("error") or "")
-                reasons[reason] = reasons.get(reason, 0) + 1
+    for index, first in enumerate(range(0, len(scenarios), BATCH)):
+        batch = scenarios[first : first + BATCH]
+        async with _batch(k8s_api, batch, index):
+            for scenario in batch:
+                features |= scenario.features
+                await _play(k8s_api, scenario, release, tmp_path, verdicts, disagreements, reasons)
     pods = sum(verdicts.values())
     with capsys.disabled():
         print(
