@@ -37,7 +37,8 @@ from tests.k8s.drivernode import eventually
 from tests.k8sapi import ClusterApi
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, K8S_TIMEOUT]
+SECONDS_PER_SCENARIO = 5
+"""Time a scenario may take on a loaded two-core machine (CI plays about one a second)."""
 
 SCENARIOS_ENV = "DRALET_SIMULATE_SCENARIOS"
 FIRST_SEED_ENV = "DRALET_SIMULATE_FIRST_SEED"
@@ -71,6 +72,16 @@ EXERCISED = {
 def seeds() -> range:
     first = int(os.environ.get(FIRST_SEED_ENV, "0"))
     return range(first, first + int(os.environ.get(SCENARIOS_ENV, str(CI_SCENARIOS))))
+
+
+# A larger run gets time in proportion; CI's stays within the k8s tests' own limit.
+pytestmark = [
+    pytest.mark.k8s,
+    pytest.mark.every_k8s_release,
+    K8S_TIMEOUT
+    if len(seeds()) <= CI_SCENARIOS
+    else pytest.mark.timeout(SECONDS_PER_SCENARIO * len(seeds())),
+]
 
 
 Verdict = str
