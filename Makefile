@@ -81,6 +81,16 @@ k8s:
 image:
 	scripts/build-image
 
+# `dralet simulate` against the real kube-scheduler of every release on many random clusters
+# (CI plays 40 per release): SCENARIOS of them from seed FIRST_SEED, e.g.
+# `make simulate-differential SCENARIOS=400 FIRST_SEED=1000`. Needs `make k8s`.
+SCENARIOS ?= 300
+FIRST_SEED ?= 0
+.PHONY: simulate-differential
+simulate-differential: install k8s
+	DRALET_SIMULATE_SCENARIOS=$(SCENARIOS) DRALET_SIMULATE_FIRST_SEED=$(FIRST_SEED) \
+		$(PY) -m pytest -m k8s tests/k8s/test_simulate_generated.py -q
+
 bench: install
 	$(PY) benchmarks/run_all.py
 

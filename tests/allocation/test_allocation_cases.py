@@ -527,7 +527,7 @@ CASES = [
     Case(
         "missing-device-class",
         only_gpu_class(rslice("s", TWO_GPUS), claim("c", req(cls="nope"))),
-        ("error", "claim default/c, request r: device class nope does not exist"),
+        ("unschedulable", "request r: device class nope does not exist"),
     ),
     Case(
         "more-than-32-devices-per-claim",

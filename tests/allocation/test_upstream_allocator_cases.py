@@ -158,6 +158,8 @@ CASES = [
         "no-classes",
         [rslice("s1", [dev("device-1")], node="node-1"), claim("c", req())],
         ("error", "device class gpu does not exist"),
+        deliberate="the scheduler's PreFilter finds the missing class first and makes the "
+        "pod Unschedulable; the allocator is never asked",
     ),
     Case(
         "all-devices-single",

@@ -495,3 +495,99 @@ def test_an_attribute_that_is_not_an_object_is_bad_input_not_a_crash(
         "error: ResourceSlice shared: devices[0].attributes[model]: must be an object with "
         "one value (int, bool, string or version)\n"
     )
+
+
+def test_from_1_35_exact_count_skips_an_incomplete_pool(tmp_path: Path) -> None:
+    """One of two slices published: 1.34 takes its device, 1.35 and later wait."""
+    state = tmp_path / "incomplete.yaml"
+    state.write_text(
+        yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {"name": "gpu"},
+                    "spec": {},
+                },
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceSlice",
+                    "metadata": {"name": "s"},
+                    "spec": {
+                        "driver": "gpu.example.com",
+                        "nodeName": "node-a",
+                        "pool": {"name": "p", "generation": 1, "resourceSliceCount": 2},
+                        "devices": [{"name": "gpu-0"}],
+                    },
+                },
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": "c", "namespace": "default"},
+                    "spec": {
+                        "devices": {
+                            "requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]
+                        }
+                    },
+                },
+            ]
+        )
+    )
+    assert simulate("-k", "1.34", str(state))[0] == 0
+    assert simulate("-k", "1.35", str(state))[0] == 1
+    assert simulate("-k", "1.37", str(state))[0] == 1
+
+
+TOLERATED_WITHOUT_EFFECT = """\
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu}
+spec: {}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: s}
+spec:
+  driver: gpu.example.com
+  nodeName: node-a
+  pool: {name: node-a, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: gpu-0
+    taints: [{key: example.com/broken, effect: NoExecute}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: c, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly:
+        deviceClassName: gpu
+        tolerations: [{key: example.com/broken, operator: Exists}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: default}
+spec:
+  containers: [{name: c, image: registry.example.com/app:1}]
+  resourceClaims: [{name: c, resourceClaimName: c}]
+"""
+
+
+def test_a_device_the_scheduler_gives_to_a_toleration_without_effect_is_evicted_before_1_38(
+    tmp_path: Path,
+) -> None:
+    """The scheduler allocates the NoExecute-tainted device; the 1.37 eviction controller
+    counts only NoExecute tolerations and evicts the pod right after binding."""
+    path = tmp_path / "state.yaml"
+    path.write_text(TOLERATED_WITHOUT_EFFECT)
+    for release, evicted in (("1.37", True), ("1.38", False)):
+        code, out, _ = simulate("-k", release, "-o", "json", str(path))
+        document = json.loads(out)
+        (pod,) = document["pods"]
+        (claim,) = document["claims"]
+        assert (code, pod["status"]) == (0, "scheduled"), release
+        assert ("eviction" in claim) == evicted, release
+    table = simulate("-k", "1.37", str(path))[1]
+    assert "eviction: its pods are evicted: device gpu.example.com/node-a/gpu-0" in table

@@ -679,3 +679,155 @@ async def test_binding_conditions_agree_with_kube_scheduler(
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "cli" / "simulate_fixtures"
+RELEASE_FIXTURES = (
+    "k138-capacity-qualified-name.yaml",
+    "taint-rule-without-selector.yaml",
+    "taint-rule-empty-selector.yaml",
+)
+"""simulate's 1.38 cases: a capacity named with the driver's domain, DeviceTaintRules
+without a selector and with an empty one."""
+
+
+def _fixture_parts(fixture: str, node: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The fixture's objects on ``node`` with names of their own, and a pod for its claim."""
+    prefix = node
+    docs = list(yaml.safe_load_all((FIXTURES / fixture).read_text()))
+    classes = {d["metadata"]["name"] for d in docs if d["kind"] == "DeviceClass"}
+    out: list[dict[str, Any]] = []
+    claim_name = ""
+    for doc in docs:
+        doc["metadata"]["name"] = f"{prefix}-{doc['metadata']['name']}"
+        spec = doc["spec"]
+        if doc["kind"] == "ResourceSlice":
+            spec["nodeName"] = node
+            spec["pool"]["name"] = node
+        if doc["kind"] == "ResourceClaim":
+            claim_name = doc["metadata"]["name"]
+            for request in spec["devices"]["requests"]:
+                if request["exactly"]["deviceClassName"] in classes:
+                    request["exactly"]["deviceClassName"] = (
+                        f"{prefix}-{request['exactly']['deviceClassName']}"
+                    )
+        out.append(doc)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{prefix}-pod", "namespace": NS},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"claims": [{"name": "c"}]}}
+            ],
+            "resourceClaims": [{"name": "c", "resourceClaimName": claim_name}],
+        },
+    }
+    return out, pod
+
+
+def _verdict(api: ClusterApi, name: str) -> str | None:
+    current = api.get("Pod", name, namespace=NS) or {}
+    if current.get("spec", {}).get("nodeName"):
+        return "scheduled"
+    for condition in current.get("status", {}).get("conditions") or []:
+        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            return "unschedulable"
+    return None
+
+
+@pytest.mark.parametrize("fixture", RELEASE_FIXTURES)
+async def test_the_release_fixtures_agree_with_kube_scheduler(
+    k8s_api: ClusterApi, tmp_path: Path, fixture: str
+) -> None:
+    """Each fixture, with a pod for its claim, on a node of its own; a taint rule is
+    deleted after the verdict (an empty selector taints every device of the cluster)."""
+    node = f"fx-{fixture.removesuffix('.yaml')}"
+    objects, pod = _fixture_parts(fixture, node)
+    async with await kube.connect(kubeconfig=k8s_api.cluster.admin_kubeconfig) as admin:
+        beat = NodeHeartbeat(admin, node)
+        await beat.register()
+        task = asyncio.create_task(beat.run())
+        rules = [o for o in objects if o["kind"] == "DeviceTaintRule"]
+        try:
+            k8s_api.wait_for_default_service_account()
+            for obj in objects:
+                k8s_api.create(obj)
+            await asyncio.sleep(SCHEDULER_CACHE_GRACE)
+            k8s_api.create(pod)
+            name = pod["metadata"]["name"]
+            real = await eventually(lambda: _verdict(k8s_api, name), f"the verdict on {name}")
+            path = tmp_path / "state.yaml"
+            path.write_text(yaml.safe_dump_all([*objects, pod]))
+            out = await asyncio.to_thread(_simulate, k8s_api.kubernetes_version, path, "-o", "json")
+            (simulated,) = json.loads(out.stdout)["pods"]
+            assert simulated["status"] == real, simulated.get("error")
+        finally:
+            for rule in rules:
+                k8s_api.delete("DeviceTaintRule", rule["metadata"]["name"])
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_simulate_reads_taint_rules_nodes_and_pending_pods_of_a_live_cluster(
+    k8s_api: ClusterApi, tmp_path: Path
+) -> None:
+    """``--kubeconfig`` alone: the pending pod is simulated, and the device a
+    DeviceTaintRule taints is not free, as the scheduler finds."""
+    node = "sim-live"
+    name = "live"
+    scenario = {
+        "devices": [{"name": "gpu-0"}],
+        "pods": [
+            (
+                "p0",
+                [
+                    (
+                        "p0-c0",
+                        {"requests": [{"name": "gpus", "exactly": {"deviceClassName": DRIVER}}]},
+                    )
+                ],
+            )
+        ],
+        "rules": [
+            {"device": "gpu-0", "taint": {"key": TAINT_KEY, "value": "a", "effect": "NoSchedule"}}
+        ],
+    }
+    parts = objects(name, node, scenario)
+    async with await kube.connect(kubeconfig=k8s_api.cluster.admin_kubeconfig) as admin:
+        beat = NodeHeartbeat(admin, node)
+        await beat.register()
+        task = asyncio.create_task(beat.run())
+        try:
+            if k8s_api.get("DeviceClass", DRIVER) is None:
+                k8s_api.create(_class())
+            k8s_api.wait_for_default_service_account()
+            for obj in [*parts["slices"], *parts["rules"], *parts["claims"]]:
+                k8s_api.create(obj)
+            await asyncio.sleep(SCHEDULER_CACHE_GRACE)
+            (pod,) = parts["pods"]
+            k8s_api.create(pod)
+            pod_name = pod["metadata"]["name"]
+            real = await eventually(
+                lambda: _verdict(k8s_api, pod_name), f"the verdict on {pod_name}"
+            )
+            assert real == "unschedulable"
+            nothing = tmp_path / "nothing.yaml"
+            nothing.write_text("")
+            out = await asyncio.to_thread(
+                _simulate,
+                k8s_api.kubernetes_version,
+                nothing,
+                "--kubeconfig",
+                str(k8s_api.cluster.admin_kubeconfig),
+                "-o",
+                "json",
+            )
+            report = json.loads(out.stdout)
+            live = {p["name"]: p for p in report["pods"]}
+            assert live[pod_name]["status"] == "unschedulable", live[pod_name]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -13,7 +13,9 @@ constraints, and binding conditions carried into the results. Facts:
 k8s.io/dynamic-resource-allocation v0.37.2 structured/internal/incubating.
 
 Three outcomes, kept apart as the scheduler does: a fit (one ``AllocationResult`` per
-claim), no fit (the scheduler's Unschedulable "cannot allocate all claims"), and
+claim), no fit on this node (the scheduler's Unschedulable "cannot allocate all claims",
+or "invalid resource pools were encountered" when the node sees an invalid pool:
+ExactCount requests skip incomplete and invalid pools), and
 ``AllocationError`` for input the scheduler refuses outright (its framework.Error:
 a CEL error, a missing class, All over an incomplete pool, too many devices).
 """
@@ -49,11 +51,20 @@ COUNTERS_USED_UP = "its pool's shared counters would be over-used"
 PREVENTING_EFFECTS = ("NoSchedule", "NoExecute")
 """Taint effects that keep a device from a request that does not tolerate them; others
 (``None``, unknown ones) do not."""
+NO_FIT = "cannot allocate all claims"
+"""The scheduler's Unschedulable reason when the claims do not fit a node."""
+INVALID_POOLS = "invalid resource pools were encountered"
+"""The reason when they do not fit and the node sees an invalid pool."""
 _SHARE_IDS = uuid.UUID("5f3d1c2e-8f4a-4b7e-9a51-6d2c0e7b9a10")
 
 
 class AllocationError(errors.PermanentError):
     """Input the scheduler refuses outright: scheduling the pod is aborted, not retried here."""
+
+
+class _FailedOnNode(Exception):
+    """The claims cannot be allocated on this node, whatever other nodes hold (the
+    scheduler's ErrFailedAllocationOnNode)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,12 @@ class AllocatorSettings:
     """The DRA feature gates of the simulated release (all off: 1.35 and older)."""
     qualified_capacity_names: bool = False
     """Capacity requests may name a capacity with or without the driver's domain (1.38)."""
+    skip_unusable_pools: bool = False
+    """ExactCount requests skip incomplete and invalid pools, and an invalid pool fails only
+    its node (1.35 and later); before, an incomplete pool is used and an invalid one aborts."""
+    all_mode_unusable_pool_fails_node: bool = False
+    """An All request on a node with an incomplete or invalid pool fails that node alone
+    (1.38); before, it aborts the pod."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,8 @@ class NodeAllocation:
     allocations: tuple[model.AllocationResult, ...] | None
     rejections: tuple[Rejection, ...] = ()
     notes: tuple[str, ...] = ()
+    reason: str = ""
+    """Why the claims do not fit here, in the scheduler's words (empty when they fit)."""
 
     @property
     def fits(self) -> bool:
@@ -305,16 +324,44 @@ class Allocator:
         ``AllocationError`` where the scheduler would give up on the pod.
         """
         search = _Search(self, node_pools=node_pools, in_use=in_use, explain=explain)
-        prepared = [self._prepare(claim, node_pools, search) for claim in claims]
+        try:
+            prepared = [self._prepare(claim, node_pools, search) for claim in claims]
+        except _FailedOnNode as failure:
+            return NodeAllocation(
+                node=node_pools.node.name,
+                allocations=None,
+                notes=node_pools.notes,
+                reason=str(failure),
+            )
         search.claims = prepared
         fits = search.claim(0)
         allocations = tuple(self._result(p, node_pools.node) for p in prepared) if fits else None
+        reason = "" if fits else NO_FIT
+        # An invalid pool fails the node alone (ErrFailedAllocationOnNode), and only when
+        # the claims do not fit without it: k8s.io/dynamic-resource-allocation@v0.37.2
+        # structured/internal/incubating/allocator_incubating.go (Allocate, after allocateOne).
+        skips_pools = self.settings.skip_unusable_pools
+        if not fits and skips_pools and any(p.invalid_reason is not None for p in node_pools.pools):
+            reason = INVALID_POOLS
         return NodeAllocation(
             node=node_pools.node.name,
             allocations=allocations,
             rejections=tuple(search.rejections.values()),
             notes=node_pools.notes,
+            reason=reason,
         )
+
+    def missing_class(self, claim: model.ResourceClaim) -> str | None:
+        """The scheduler's PreFilter reason when a request (or any firstAvailable entry)
+        names a DeviceClass that does not exist: the pod is Unschedulable, not an error
+        (k8s.io/kubernetes@v1.37.2 pkg/scheduler/framework/plugins/dynamicresources/
+        dynamicresources.go, validateDeviceClass)."""
+        for request in claim.requests:
+            for sub in request.alternatives:
+                name = sub.device_class_name
+                if name not in self._classes:
+                    return f"request {sub.name}: device class {name} does not exist"
+        return None
 
     def claim_limit_problem(self, claim: model.ResourceClaim) -> str | None:
         """Why a claim asks for more devices than one claim may hold, before any node is
@@ -419,14 +466,22 @@ class Allocator:
             count=sub.count,
         )
         if sub.allocation_mode == model.ALL:
+            # From 1.38 this fails the node alone (ErrFailedAllocationOnNode), before it
+            # aborts the pod: k8s.io/dynamic-resource-allocation@v0.38.0-beta.0 and @v0.37.2
+            # structured/internal/incubating/allocator_incubating.go (validateDeviceRequest).
+            refusal: type[Exception] = (
+                _FailedOnNode
+                if self.settings.all_mode_unusable_pool_fails_node
+                else AllocationError
+            )
             for pool in node_pools.pools:
                 if pool.incomplete:
-                    raise AllocationError(
+                    raise refusal(
                         f"{where}: asks for all devices, but resource pool {pool.label} is "
                         "currently being updated"
                     )
                 if pool.invalid_reason is not None:
-                    raise AllocationError(
+                    raise refusal(
                         f"{where}: asks for all devices, but resource pool {pool.label} is "
                         "currently invalid"
                     )
@@ -560,6 +615,18 @@ def _node_selector(
     return model.NodeSelector(terms=(term,))
 
 
+def _unusable_pool(pool: pools.Pool) -> str | None:
+    """Why an ExactCount request takes nothing from ``pool``: the scheduler skips
+    incomplete and invalid pools there since 1.35 (k8s.io/dynamic-resource-allocation
+    @v0.35.0 and @v0.37.2 structured/internal/incubating/allocator_incubating.go,
+    allocateOne; @v0.34.0 does not)."""
+    if pool.incomplete:
+        return f"pool {pool.label} is incomplete: not searched"
+    if pool.invalid_reason is not None:
+        return f"pool {pool.label} is invalid ({pool.invalid_reason}): not searched"
+    return None
+
+
 class _Counters:
     """The shared counters of the node's pools during one search: what allocated devices
     have used up, and what the devices picked so far take."""
@@ -628,7 +695,11 @@ class _Search:
         self.in_use = in_use
         self.explain = explain
         self.claims: list[_PreparedClaim] = []
-        self.allocating: dict[model.DeviceId, str] = {}
+        self.allocating: dict[model.DeviceId, list[str]] = {}
+        """Who picked each device in this search; an admin-access pick counts too, keeping
+        the device from later non-admin requests of any claim (k8s.io/dynamic-resource-
+        allocation@v0.37.2 structured/internal/incubating/allocator_incubating.go,
+        allocateDevice marks allocatingDevices whatever the request's admin access)."""
         self.sharing: dict[model.DeviceId, list[dict[str, Fraction]]] = {}
         """Shares being taken in this search, per device."""
         self.counters = _Counters(in_use)
@@ -718,7 +789,8 @@ class _Search:
         )
         if holder is not None:
             return f"in use: allocated to claim {holder}"
-        picker = None if multiple else self.allocating.get(candidate.device_id)
+        pickers = None if multiple else self.allocating.get(candidate.device_id)
+        picker = pickers[-1] if pickers else None
         if picker is not None:
             return f"in use: already picked for {picker} in this pass"
         return None
@@ -837,8 +909,7 @@ class _Search:
         multiple = self.multiple(candidate)
         where = f"claim {prepared.claim.key}, request {alternative.sub.name}"
         if not multiple:
-            if not alternative.admin:
-                self.allocating[candidate.device_id] = where
+            self.allocating.setdefault(candidate.device_id, []).append(where)
             self.claim_picks[(prepared.claim.key, candidate.device_id)] = alternative.sub.name
         consumed: dict[str, Fraction] | None = None
         share_id = None
@@ -873,7 +944,9 @@ class _Search:
         if pick.consumed is not None:
             self.sharing[candidate.device_id].pop()
         else:
-            if not alternative.admin:
+            pickers = self.allocating[candidate.device_id]
+            pickers.pop()
+            if not pickers:
                 del self.allocating[candidate.device_id]
             del self.claim_picks[(prepared.claim.key, candidate.device_id)]
         for constraint in reversed(pick.constraints):
@@ -916,9 +989,16 @@ class _Search:
             if busy is not None:
                 self._reject(claim, alternative, candidate, busy)
                 continue
+            skips_pools = self.allocator.settings.skip_unusable_pools
+            unusable = _unusable_pool(candidate.pool) if skips_pools else None
+            if unusable is not None:
+                self._reject(claim, alternative, candidate, unusable)
+                continue
             if not self.selectable(claim, alternative, candidate):
                 continue
             if candidate.pool.invalid_reason is not None:
+                # Before 1.35 an invalid pool aborts the pod (v0.34.0 structured/internal/
+                # incubating allocateOne); the pool is skipped since.
                 raise AllocationError(
                     f"pool {candidate.pool.label} is invalid: {candidate.pool.invalid_reason}"
                 )

@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Any, cast
 
 from dralet import errors
-from dralet.allocation import cel, model, quantity
+from dralet.allocation import cel, extended, model, quantity
 
 __all__ = [
     "RESOURCE_GROUP",
@@ -342,10 +342,14 @@ def decode_class(obj: Mapping[str, Any]) -> model.DeviceClass:
         _mapping(_mapping(entry, "config").get("opaque"), f"DeviceClass {name}: spec.config")
         for entry in _list(spec.get("config"), f"DeviceClass {name}: spec.config")
     )
+    extended = spec.get("extendedResourceName")
+    created = _mapping(obj.get("metadata"), "metadata").get("creationTimestamp")
     return model.DeviceClass(
         name=name,
         selectors=_selectors(spec.get("selectors"), f"DeviceClass {name}: spec.selectors"),
         config=tuple(c for c in config if c),
+        extended_resource_name=str(extended) if extended else None,
+        created=str(created or ""),
     )
 
 
@@ -599,16 +603,23 @@ def decode_pods(obj: Mapping[str, Any]) -> tuple[model.Pod, ...]:
                 template_name=None if template is None else str(template),
             )
         )
-    if not refs:
+    containers = extended.container_requests(spec)
+    if not refs and not containers:
         return ()
     if kind == "Pod":
-        return (model.Pod(namespace=namespace, name=name, claims=tuple(refs)),)
+        return (
+            model.Pod(namespace=namespace, name=name, claims=tuple(refs), containers=containers),
+        )
     field = _REPLICAS_FIELD.get(kind)
     count = _mapping(obj.get("spec"), where).get(field, 1) if field else 1
     replicas = count if isinstance(count, int) and not isinstance(count, bool) else 1
     return tuple(
         model.Pod(
-            namespace=namespace, name=f"{name}-{index}", claims=tuple(refs), source=f"{kind}/{name}"
+            namespace=namespace,
+            name=f"{name}-{index}",
+            claims=tuple(refs),
+            source=f"{kind}/{name}",
+            containers=containers,
         )
         for index in range(replicas)
     )

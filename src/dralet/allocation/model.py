@@ -235,6 +235,11 @@ class DeviceClass:
     selectors: tuple[str, ...] = ()
     config: tuple[Mapping[str, Any], ...] = ()
     """Each entry's ``opaque`` object, as written."""
+    extended_resource_name: str | None = None
+    """``spec.extendedResourceName``: the extended resource pods request to get this
+    class's devices (besides ``deviceclass.resource.kubernetes.io/<name>``)."""
+    created: str = ""
+    """``metadata.creationTimestamp`` (RFC 3339), which breaks a clash of those names."""
 
 
 @dataclass(frozen=True)
@@ -386,6 +391,22 @@ class PodClaimRef:
 
 
 @dataclass(frozen=True)
+class ContainerRequests:
+    """A container's integer requests of extended resources (names with a domain outside
+    kubernetes.io, or ``deviceclass.resource.kubernetes.io/<class>``)."""
+
+    name: str
+    index: int
+    """Its index among the pod's init containers followed by its containers."""
+    short_lived: bool
+    """An init container that is not a sidecar (it ends before the containers start)."""
+    requests: Mapping[str, int]
+    names: tuple[str, ...]
+    """Every resource name the container requests, sorted (a request's index among them
+    names the scheduler's request)."""
+
+
+@dataclass(frozen=True)
 class Pod:
     """A pod (or one replica of a workload's pod template) and the claims it uses."""
 
@@ -394,6 +415,8 @@ class Pod:
     claims: tuple[PodClaimRef, ...]
     source: str = ""
     """``Kind/name`` of the workload it comes from, empty for a Pod."""
+    containers: tuple[ContainerRequests, ...] = ()
+    """Containers that request extended resources."""
 
     @property
     def key(self) -> str:

@@ -4,8 +4,11 @@ node where it fits.
 Owns the loop the scheduler's Filter runs for a pod: all the pod's unallocated claims
 are allocated together on one node, the allocator backtracking across them (a first
 claim's pick must not make the second unschedulable when another pick fits both);
-nodes are tried in name order (or only the one asked for), the first node where
-everything fits wins, and its devices count as in use for the pods after it. A claim
+nodes are tried in name order (or only the one asked for), every one of them as the
+scheduler's Filter does: an allocator error on any node fails the pod, else the first
+node where everything fits wins, and its devices count as in use for the pods after it.
+A request naming a missing DeviceClass makes the pod Unschedulable before any node is
+tried; extended resources backed by DRA add the pod's own claim (``extended``). A claim
 allocated for an earlier pod (or with ``status.allocation``) binds the later pods that
 share it to a node it can be reached from. A claim from a template is generated per
 pod, named ``<pod>-<pod claim name>``. Claims no pod uses are allocated one by one
@@ -17,7 +20,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from dralet.allocation import allocator, cel, eviction, manifests, model, nodes, pools, taintrules
+from dralet.allocation import (
+    allocator,
+    cel,
+    eviction,
+    extended,
+    manifests,
+    model,
+    nodes,
+    pools,
+    taintrules,
+)
 from dralet.allocation.inuse import InUse
 
 __all__ = [
@@ -32,6 +45,7 @@ __all__ = [
 ANY_NODE = ""
 """The node name used when no node is known (only allNodes slices, no Node objects)."""
 ALL_IN_USE = "every device visible from this node is in use"
+NOT_REACHABLE = "cannot reach a claim the pod shares"
 
 Status = Literal["allocated", "already-allocated", "unschedulable", "error"]
 
@@ -46,6 +60,9 @@ class SimulationSettings:
     """Nodes whose rejections are kept per claim when explaining a claim that did not fit."""
     evictions: eviction.EvictionSettings = field(default_factory=eviction.EvictionSettings)
     """How the device taint eviction controller reads already-allocated claims."""
+    filter_every_node: bool = True
+    """Try a pod on every node, as the scheduler's Filter does, so that an allocator error
+    on any node aborts the pod even where an earlier node fits; off stops at the first fit."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +78,8 @@ class ClaimOutcome:
     explanations: tuple[allocator.NodeAllocation, ...] = ()
     """With explain: the chosen node's outcome, or the first nodes tried when none fit."""
     eviction: str | None = None
-    """An already-allocated claim whose pods NoExecute device taints evict: why."""
+    """A claim (already allocated or allocated in the run) whose pods NoExecute device
+    taints evict: why."""
 
 
 PodStatus = Literal["scheduled", "unschedulable", "error"]
@@ -141,6 +159,7 @@ class _Run:
             inputs.classes, engine=engine, settings=settings.allocator
         )
         self.in_use = InUse.from_claims(inputs.claims)
+        self.classes = inputs.classes
         self.explain = explain
         self.settings = settings
         self.done: dict[str, model.ResourceClaim] = {}
@@ -195,17 +214,35 @@ class _Run:
                         pod, "error", error=f"ResourceClaimTemplate {key} is not in the input"
                     ), []
                 used.append(replace(template, name=f"{pod.name}-{ref.name}", allocation=None))
+        backed, unbacked = extended.claim_for(pod, self.classes)
+        if backed is not None:
+            used.append(backed)
         keys = tuple(c.key for c in used)
+        if unbacked:
+            # No class backs it and no node lists it: "cannot fit resource" on every node
+            # (extendeddynamicresources.go, filterExtendedResources).
+            return PodOutcome(
+                pod, "unschedulable", claims=keys, error=f"cannot fit resource {unbacked[0]}"
+            ), []
         bound = [c for c in used if c.allocation is not None]
         pending = [c for c in used if c.allocation is None]
+        for claim in pending:
+            missing = self.allocator.missing_class(claim)
+            if missing is not None:
+                return PodOutcome(pod, "unschedulable", claims=keys, error=missing), [
+                    ClaimOutcome(claim=claim, status="unschedulable", error=missing)
+                ]
         for claim in pending:
             problem = self.allocator.claim_limit_problem(claim)
             if problem is not None:
                 return PodOutcome(pod, "error", claims=keys, error=problem), [
                     ClaimOutcome(claim=claim, status="error", error=problem)
                 ]
+        fit: tuple[int, model.Node, allocator.NodeAllocation] | None = None
+        reasons: dict[str, int] = {}
         for tried, node in enumerate(self.nodes, start=1):
             if not all(self._reachable(claim, node) for claim in bound):
+                reasons[NOT_REACHABLE] = reasons.get(NOT_REACHABLE, 0) + 1
                 continue
             node_pools = self.inventory.for_node(node)
             try:
@@ -213,11 +250,23 @@ class _Run:
                     pending, node_pools=node_pools, in_use=self.in_use
                 )
             except allocator.AllocationError as error:
+                # The scheduler filters every node, and an error on any one aborts the
+                # pod, even where another node fits (k8s.io/kubernetes@v1.37.2 pkg/scheduler/
+                # framework/plugins/dynamicresources/dynamicresources.go, Filter: an
+                # allocator error that is not ErrFailedAllocationOnNode is statusError).
                 return PodOutcome(
                     pod, "error", node=node.name, claims=keys, error=str(error), nodes_tried=tried
                 ), []
             if outcome.allocations is None:
+                reasons[outcome.reason] = reasons.get(outcome.reason, 0) + 1
                 continue
+            if fit is None:
+                fit = (tried, node, outcome)
+            if not self.settings.filter_every_node:
+                break
+        if fit is not None:
+            tried, node, outcome = fit
+            assert outcome.allocations is not None
             results = []
             for claim, allocation in zip(pending, outcome.allocations, strict=True):
                 self._hold(claim, allocation)
@@ -231,16 +280,19 @@ class _Run:
                         node=node.name,
                         allocation=allocation,
                         nodes_tried=tried,
+                        eviction=self._eviction(allocation),
                     )
                 )
             return PodOutcome(
                 pod, "scheduled", node=node.name, claims=keys, nodes_tried=tried
             ), results
+        summary = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
         return PodOutcome(
             pod,
             "unschedulable",
             claims=keys,
-            error="cannot allocate all claims of the pod on any one node",
+            error=f"cannot allocate all claims of the pod on any one node "
+            f"(0/{len(self.nodes)} nodes: {summary or 'none'})",
             nodes_tried=len(self.nodes),
         ), [
             ClaimOutcome(
@@ -252,6 +304,15 @@ class _Run:
             for claim in pending
         ]
 
+    def _eviction(self, allocation: model.AllocationResult) -> str | None:
+        """Why the device taint eviction controller evicts the claim's pods. The scheduler
+        lets a toleration without an effect take a NoExecute-tainted device, but before
+        1.38 the controller counts only ``effect: NoExecute`` tolerations and evicts the
+        pod right after binding (see ``eviction``)."""
+        if not self.settings.allocator.features.device_taints:
+            return None
+        return eviction.eviction(allocation, self.devices, settings=self.settings.evictions)
+
     def _reachable(self, claim: model.ResourceClaim, node: model.Node) -> bool:
         """Whether a pod on ``node`` can use a claim allocated before it."""
         allocated_on = self.claim_nodes.get(claim.key)
@@ -261,20 +322,18 @@ class _Run:
         return selector is None or nodes.node_selector_matches(selector, node)
 
     def claim(self, claim: model.ResourceClaim) -> ClaimOutcome:
+        missing = None if claim.allocation else self.allocator.missing_class(claim)
+        if missing is not None:
+            return ClaimOutcome(claim=claim, status="unschedulable", error=missing)
         problem = None if claim.allocation else self.allocator.claim_limit_problem(claim)
         if problem is not None:
             return ClaimOutcome(claim=claim, status="error", error=problem)
         if claim.allocation is not None:
-            evicted = None
-            if self.settings.allocator.features.device_taints:
-                evicted = eviction.eviction(
-                    claim.allocation, self.devices, settings=self.settings.evictions
-                )
             return ClaimOutcome(
                 claim=claim,
                 status="already-allocated",
                 allocation=claim.allocation,
-                eviction=evicted,
+                eviction=self._eviction(claim.allocation),
             )
         explained: list[allocator.NodeAllocation] = []
         quick = _needs_a_free_device(claim)
@@ -315,6 +374,7 @@ class _Run:
                     node=node.name,
                     allocation=allocation,
                     nodes_tried=tried,
+                    eviction=self._eviction(allocation),
                     explanations=(outcome,) if self.explain else (),
                 )
             if self.explain and len(explained) < self.settings.max_explained_nodes:
@@ -353,7 +413,12 @@ def simulate(
     by_key = {claim.key: claim for claim in inputs.claims}
     pod_outcomes: list[PodOutcome] = []
     outcomes: list[ClaimOutcome] = []
+    ignored = list(inputs.ignored)
     for pod in inputs.pods:
+        if not pod.claims and extended.claim_for(pod, inputs.classes) == (None, ()):
+            # Extended resources no class backs: a device plugin's, not simulated.
+            ignored.append(f"Pod {pod.key}")
+            continue
         pod_outcome, claim_outcomes = run.pod(pod, by_key, inputs.templates)
         pod_outcomes.append(pod_outcome)
         outcomes.extend(claim_outcomes)
@@ -364,5 +429,5 @@ def simulate(
     }
     outcomes.extend(run.claim(claim) for claim in inputs.claims if claim.key not in used)
     return SimulationReport(
-        outcomes=tuple(outcomes), ignored=inputs.ignored, pods=tuple(pod_outcomes)
+        outcomes=tuple(outcomes), ignored=tuple(ignored), pods=tuple(pod_outcomes)
     )

@@ -36,9 +36,17 @@ INDENT = "  "
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 FIRST_VERSION_ALL_NEEDS_A_DEVICE = (1, 33)
 FIRST_VERSION_QUALIFIED_CAPACITY_NAMES = (1, 38)
+"""A capacity request may name the capacity with the driver's domain (#142202)."""
 FIRST_VERSION_EMPTY_EFFECT_TOLERATES_NO_EXECUTE = (1, 38)
 """A toleration with an empty effect protects against NoExecute eviction (#143376)."""
-"""A capacity request may name the capacity with the driver's domain (#142202)."""
+FIRST_VERSION_SKIPS_UNUSABLE_POOLS = (1, 35)
+"""ExactCount skips incomplete and invalid pools; an invalid pool fails only its node
+(k8s.io/dynamic-resource-allocation@v0.35.0 structured/internal/*/allocator_*.go)."""
+FINISHED_PHASES = ("Succeeded", "Failed")
+"""Pod phases whose claims the scheduler no longer places."""
+FIRST_VERSION_ALL_MODE_FAILS_ONLY_THE_NODE = (1, 38)
+"""All over an incomplete or invalid pool fails the node, not the pod
+(k8s.io/dynamic-resource-allocation@v0.38.0-beta.0 structured/internal/*/allocator_*.go)."""
 SUPPORTED_KUBERNETES_VERSIONS = releases.KUBERNETES_RELEASES
 """Every release dralet knows: the scheduler's behaviour per release is in
 ``dralet.allocation.features`` and the settings below."""
@@ -72,9 +80,28 @@ def _documents(paths: Iterable[str]) -> list[Any]:
     return documents
 
 
+def _pending(pod: Any) -> dict[str, Any] | None:
+    """A live pod the scheduler has still to place, its claims from templates named by the
+    claims made for it (``status.resourceClaimStatuses``); None for any other pod."""
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    if spec.get("nodeName") or phase in FINISHED_PHASES or not spec.get("resourceClaims"):
+        return None
+    made = {
+        entry.get("name"): entry.get("resourceClaimName")
+        for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    refs = []
+    for ref in spec["resourceClaims"]:
+        name = made.get(ref.get("name"))
+        refs.append({"name": ref.get("name"), "resourceClaimName": name} if name else ref)
+    return {**pod, "spec": {**spec, "resourceClaims": refs}}
+
+
 def _read_cluster(kubeconfig: Path | None, context: str | None) -> list[Any]:
-    """Slices, classes and claims of a live cluster (Nodes are not read), found like
-    kubectl finds it: ``--kubeconfig``, ``$KUBECONFIG``, in-cluster, ``~/.kube/config``."""
+    """What the scheduler reads of a live cluster: slices, classes, claims, DeviceTaintRules,
+    Nodes and the pods still to be placed, found like kubectl finds it: ``--kubeconfig``,
+    ``$KUBECONFIG``, in-cluster, ``~/.kube/config``."""
     import asyncio
 
     from dralet import kube  # imported here: the API client takes a second to load
@@ -90,8 +117,16 @@ def _read_cluster(kubeconfig: Path | None, context: str | None) -> list[Any]:
 
     async def read() -> list[Any]:
         async with await kube.connect(api_access=api) as client:
-            inventory = await kube.read_inventory(client)
-        return [*inventory.slices, *inventory.device_classes, *inventory.claims]
+            inventory = await kube.read_inventory(client, scheduling=True)
+        pods = [p for p in (_pending(pod) for pod in inventory.pods) if p is not None]
+        return [
+            *inventory.slices,
+            *inventory.device_classes,
+            *inventory.claims,
+            *inventory.taint_rules,
+            *inventory.nodes,
+            *pods,
+        ]
 
     try:
         return asyncio.run(read())
@@ -117,6 +152,9 @@ def _settings(
             all_mode_needs_a_device=(major, minor) >= FIRST_VERSION_ALL_NEEDS_A_DEVICE,
             features=features,
             qualified_capacity_names=(major, minor) >= FIRST_VERSION_QUALIFIED_CAPACITY_NAMES,
+            skip_unusable_pools=(major, minor) >= FIRST_VERSION_SKIPS_UNUSABLE_POOLS,
+            all_mode_unusable_pool_fails_node=(major, minor)
+            >= FIRST_VERSION_ALL_MODE_FAILS_ONLY_THE_NODE,
         ),
     )
 

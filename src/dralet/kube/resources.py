@@ -12,10 +12,12 @@ from dataclasses import dataclass
 __all__ = [
     "EVENTS",
     "NODES",
+    "PODS",
     "RESOURCE_GROUP",
     "RESOURCE_VERSIONS",
     "Resource",
     "device_classes",
+    "device_taint_rules",
     "resource_claim_templates",
     "resource_claims",
     "resource_slices",
@@ -66,6 +68,9 @@ class Resource:
 NODES = Resource(group="", version="v1", plural="nodes", kind="Node", namespaced=False)
 """Core v1 Nodes, the owners of a node's ResourceSlices."""
 
+PODS = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
+"""Core v1 Pods, which the scheduler places with their claims."""
+
 EVENTS = Resource(group="", version="v1", plural="events", kind="Event", namespaced=True)
 """Core v1 Events, how the driver tells operators about a problem on its node."""
 
@@ -90,3 +95,9 @@ def resource_slices(version: str) -> Resource:
 
 def device_classes(version: str) -> Resource:
     return Resource(RESOURCE_GROUP, version, "deviceclasses", "DeviceClass", namespaced=False)
+
+
+def device_taint_rules(version: str) -> Resource:
+    return Resource(
+        RESOURCE_GROUP, version, "devicetaintrules", "DeviceTaintRule", namespaced=False
+    )
