@@ -4,7 +4,10 @@ the one-time takeover of an older release's ``checkpoint.json``."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -367,3 +370,37 @@ def test_any_stamp_row_is_applied_ignored_or_fails_that_claim_closed(
         assert "unusable" in snapshot.corrupt["a"]
         assert db.read("a") == (None, snapshot.corrupt["a"])
     db.close()
+
+
+_SQLITE_SHARED_FIRST = 0x40000002
+"""SQLite's shared-lock byte range on a database file (sqlite.org/lockingv3.html,
+os_unix.c SHARED_FIRST, SHARED_SIZE 510); a WAL connection holds it while open."""
+_LOCK_PROBE = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 510, int(sys.argv[2]))
+    print("free")
+except OSError:
+    print("held")
+"""
+
+
+def test_a_new_connection_keeps_the_locks_of_the_ones_already_open(tmp_path: Path) -> None:
+    """Opening and closing any descriptor of the file drops every POSIX lock the process
+    holds on it; another process could then checkpoint and remove the write-ahead log
+    under the open connections (sqlite.org/howtocorrupt.html, 2.2)."""
+    db = RecordDatabase(tmp_path / "claims.db")
+    db.open()
+    assert db.snapshot().checkpoint.claims == {}
+
+    def probe() -> str:
+        argv = [sys.executable, "-c", _LOCK_PROBE, str(db.path), str(_SQLITE_SHARED_FIRST)]
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert probe() == "held"
+    with concurrent.futures.ThreadPoolExecutor(1) as other_thread:
+        other_thread.submit(db.snapshot).result()  # a connection of its own
+    assert probe() == "held"
+    db.close()
+    assert probe() == "free"

@@ -35,6 +35,7 @@ The API here is synchronous: the engine calls it from its writer thread
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import hashlib
@@ -309,7 +310,7 @@ class RecordDatabase:
                     str(entry), f"is {fsutil.file_kind(mode)}, not a regular file"
                 )
         try:
-            why = storefiles.damage(self.path, fresh=fresh)
+            why = storefiles.damage(self.path, fresh=fresh, read_header=not _live(self.path))
         except OSError as exc:
             raise errors.CheckpointCorruptError(str(self.path), f"cannot be read: {exc}") from exc
         if why:
@@ -332,6 +333,7 @@ class RecordDatabase:
         self._local.conn = conn
         with self._open_lock:
             self._connections.append(conn)
+        _opened(self.path, 1)
         return conn
 
     def _raw_connect(self, *, fresh: bool = False) -> sqlite3.Connection:
@@ -396,6 +398,7 @@ class RecordDatabase:
     def _initialize(self, *, created: bool) -> None:
         """The tables (on a new file), the schema check, the one migration."""
         conn = self._raw_connect(fresh=created)
+        _opened(self.path, 1)
         try:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -422,6 +425,7 @@ class RecordDatabase:
             raise self._failure(exc) from exc
         finally:
             conn.close()
+            _opened(self.path, -1)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Move the records of ``checkpoint.json`` in, once (raises if it is corrupt)."""
@@ -749,6 +753,7 @@ class RecordDatabase:
             connections, self._connections = self._connections, []
         for conn in connections:
             conn.close()
+        _opened(self.path, -len(connections))
         self._local = threading.local()
 
     def files(self) -> Iterable[Path]:
@@ -771,6 +776,22 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")  # a COMMIT that failed may leave it open
         raise
+
+
+_LIVE_CONNECTIONS: collections.Counter[str] = collections.Counter()
+"""SQLite connections this process has open, per database path: while there are any, no
+other descriptor of the file may be opened and closed here (``storefiles.damage``)."""
+_LIVE_LOCK = threading.Lock()
+
+
+def _opened(path: Path, change: int) -> None:
+    with _LIVE_LOCK:
+        _LIVE_CONNECTIONS[os.path.abspath(path)] += change
+
+
+def _live(path: Path) -> bool:
+    with _LIVE_LOCK:
+        return _LIVE_CONNECTIONS[os.path.abspath(path)] > 0
 
 
 class _DiskFull(Exception):

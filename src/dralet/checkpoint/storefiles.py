@@ -72,10 +72,13 @@ def write_marker(db: Path, *, driver: str) -> None:
     fsutil.atomic_write(marker_path(db), text.encode())
 
 
-def damage(db: Path, *, fresh: bool = False) -> str:
+def damage(db: Path, *, fresh: bool = False, read_header: bool = True) -> str:
     """Why what is at ``db`` cannot be the store this node kept; '' when it can be (or
     when there is none and the node never had one). ``fresh``: this process created the
-    file just now, so an empty one is expected."""
+    file just now, so an empty one is expected. ``read_header=False`` where this process
+    has SQLite connections to ``db`` open: closing any other descriptor of the file
+    would drop their POSIX locks (sqlite.org/howtocorrupt.html, 2.2), so the header is
+    then left to SQLite, which is reading it anyway."""
     try:
         info = os.lstat(db)
     except FileNotFoundError:
@@ -84,6 +87,8 @@ def damage(db: Path, *, fresh: bool = False) -> str:
         return f"is {fsutil.file_kind(info.st_mode)}, not a regular file"
     if info.st_size == 0:
         return "" if fresh else "is empty (0 bytes): its records were lost"
+    if not read_header:
+        return ""
     header = _header(db)
     start = header[: len(MAGIC)]
     if start != MAGIC[: len(start)]:
