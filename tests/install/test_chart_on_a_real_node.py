@@ -19,25 +19,23 @@ import pytest
 from tests.install.conftest import BuiltImage
 from tests.install.node import InstallNode
 from tests.install.operator import Operator, condition, parse_time, until, values
+from tests.install.release import (
+    DAEMONSET,
+    DRIVER,
+    EXAMPLE,
+    EXAMPLE_NAMESPACE,
+    EXAMPLE_POD,
+    NAMESPACE,
+    RELEASE,
+    WAIT_S,
+    driver_pod,
+)
 from tests.k8sapi import ClusterApi
 
 pytestmark = [pytest.mark.install, pytest.mark.k8s, pytest.mark.e2e, pytest.mark.timeout(900)]
 
-DRIVER = "gpu.example.com"
-RELEASE, NAMESPACE = "dralet", "dralet"
-EXAMPLE, EXAMPLE_NAMESPACE = "dralet-example", "dralet-example"
-DAEMONSET = "dralet-kubelet-plugin"
-EXAMPLE_POD = "device-consumer"
-WAIT_S = 300.0
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
-
-
-def _driver_pod(api: ClusterApi, node: str) -> dict[str, Any] | None:
-    for pod in api.list("Pod", namespace=NAMESPACE):
-        if pod["spec"].get("nodeName") == node and pod["metadata"]["name"].startswith(DAEMONSET):
-            return pod
-    return None
 
 
 def _driver_process(node: InstallNode) -> int:
@@ -91,7 +89,7 @@ def test_the_chart_runs_on_a_real_node_and_its_example_gets_a_device(
     first_ready: dict[str, Any] = {}
 
     def ready_pod() -> dict[str, Any] | None:
-        pod = _driver_pod(api, node.name)
+        pod = driver_pod(api, node.name)
         if pod is None or not condition(pod, "Ready"):
             return None
         first_ready["slices"] = operator.resourceslices(DRIVER)
@@ -155,6 +153,6 @@ def test_the_chart_runs_on_a_real_node_and_its_example_gets_a_device(
     assert not list(node.kubelet.cdi_dir.iterdir())
     operator.uninstall(RELEASE, NAMESPACE)
     until(lambda: not operator.resourceslices(DRIVER) or None, "the slices gone", WAIT_S)
-    until(lambda: _driver_pod(api, node.name) is None or None, "the driver pod gone", WAIT_S)
+    until(lambda: driver_pod(api, node.name) is None or None, "the driver pod gone", WAIT_S)
     left = sorted(str(p) for p in node.kubelet.registry_dir.iterdir())
     assert not left, json.dumps(left)
