@@ -124,12 +124,18 @@ def _identifier_problem(identifier: str) -> str | None:
 
 
 def qualified_name_problem(
-    value: str, *, require_domain: bool = False, single_slash: bool = False
+    value: str,
+    *,
+    require_domain: bool = False,
+    single_slash: bool = False,
+    lower_case_domain: bool = False,
 ) -> str | None:
     """An attribute or capacity name: ``id`` or ``domain/id`` (id a C identifier, ≤32).
 
     Three or more '/'-separated parts are refused with ``single_slash`` (what Kubernetes
-    1.38 and later refuse, ``SINGLE_SLASH_RELEASE``); older servers accepted them.
+    1.38 and later refuse, ``SINGLE_SLASH_RELEASE``); older servers accepted them. The
+    domain is a driver name, checked lower-cased, unless ``lower_case_domain`` (where the
+    server checks the field's format declaratively: a DNS subdomain as written).
     """
     parts = value.split("/")
     if len(parts) == 1:
@@ -143,6 +149,8 @@ def qualified_name_problem(
         problem = driver_name_problem(domain)
         if problem is not None:
             return f"domain {domain!r}: {problem}"
+        if lower_case_domain and domain != domain.lower():
+            return f"domain {domain!r}: must be lower case (a DNS subdomain)"
         return _identifier_problem(identifier)
     if single_slash:
         return "must not contain more than one slash"

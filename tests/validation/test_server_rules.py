@@ -329,3 +329,20 @@ def test_a_template_metadata_sets_only_labels_and_annotations(release: str) -> N
     ]
     allowed = "    labels: {app: x}\n    annotations: {a: b}\n"
     assert _errors(TEMPLATE.format(meta=allowed), release) == []
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    [
+        ("1.36", []),
+        ("1.37", [("DRA012", "spec.devices.constraints[0].matchAttribute")]),
+        ("1.38", [("DRA012", "spec.devices.constraints[0].matchAttribute")]),
+    ],
+)
+def test_a_constraint_names_its_attribute_domain_in_lower_case_from_1_37(
+    release: str, expected: list[tuple[str, str]]
+) -> None:
+    """1.37 checks the constraint's name by its declared format, the domain as written;
+    before, the hand-written rule lower-cased it first."""
+    text = CLAIM.format(extra="    constraints:\n    - matchAttribute: Gpu.Example.com/model\n")
+    assert _errors(text, release) == expected

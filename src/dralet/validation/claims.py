@@ -362,7 +362,10 @@ def _constraint_findings(
             value = constraint[field]
             if isinstance(value, str):
                 problem = formats.qualified_name_problem(
-                    value, one_slash=shape.one_slash_names, require_domain=True
+                    value,
+                    one_slash=shape.one_slash_names,
+                    require_domain=True,
+                    lower_case_domain=shape.declarative_constraint_names,
                 )
                 if problem is not None:
                     yield Finding("DRA012", (*where, field), f"{field} {value!r}: {problem}")

@@ -41,12 +41,15 @@ def semver_problem(value: str, *, digits_max: int | None = None) -> str | None:
 
 
 def qualified_name_problem(
-    value: str, *, one_slash: bool, require_domain: bool = False
+    value: str, *, one_slash: bool, require_domain: bool = False, lower_case_domain: bool = False
 ) -> str | None:
     """An attribute or capacity name (``id`` or ``domain/id``); with ``one_slash`` (1.38
     and later) a name of three or more '/'-separated parts is refused too."""
     return kubenames.qualified_name_problem(
-        value, require_domain=require_domain, single_slash=one_slash
+        value,
+        require_domain=require_domain,
+        single_slash=one_slash,
+        lower_case_domain=lower_case_domain,
     )
 
 

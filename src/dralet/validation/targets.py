@@ -81,6 +81,7 @@ v1.37.2 pkg/features/kube_features.go); before, the server drops tolerations and
 conditions on create, so their content is not checked."""
 _TAINTS_MAX_BEFORE = 4
 _TAINTS_MAX_AFTER = 16
+_DECLARATIVE_CONSTRAINT_NAMES_FROM = 37
 _ONE_SLASH_NAMES_FROM = int(kubenames.SINGLE_SLASH_RELEASE.split(".")[1])
 """A qualified name (attribute, capacity, matchAttribute, ...) with more than one '/' is
 refused from 1.38 (the rule and its source: ``kubenames.SINGLE_SLASH_RELEASE``); v1.37.2
@@ -165,6 +166,15 @@ class ApiShape:
     @property
     def distinct_attribute(self) -> bool:
         return self.minor >= _DISTINCT_ATTRIBUTE_FROM
+
+    @property
+    def declarative_constraint_names(self) -> bool:
+        """A constraint's ``matchAttribute`` and ``distinctAttribute`` are checked by their
+        declared format from 1.37 (beta since 1.37, k8s.io/api v0.37.2 and v0.38.0-beta.0
+        resource/v1 types.go ``k8s-resource-fully-qualified-name``; k8s.io/apimachinery
+        v0.37.2 pkg/api/validate/strfmt.go: the domain is a DNS subdomain as written),
+        where the hand-written rule lower-cased the domain first."""
+        return self.minor >= _DECLARATIVE_CONSTRAINT_NAMES_FROM
 
     @property
     def one_slash_names(self) -> bool:
