@@ -10,7 +10,13 @@ from pathlib import Path
 from dralet.checkpoint import database
 from dralet.checkpoint.model import ClaimRecord
 
-__all__ = ["damage_record", "damage_store", "put_record", "records"]
+__all__ = [
+    "damage_record",
+    "damage_store",
+    "put_record",
+    "records",
+    "set_row_bytes",
+]
 
 
 def records(plugin_dir: Path) -> dict[str, ClaimRecord]:
@@ -33,6 +39,23 @@ def damage_record(path: Path, uid: str) -> None:
     try:
         changed = conn.execute(
             "UPDATE claims SET data = replace(data, '\"state\"', '\"stat\"') WHERE uid = ?", (uid,)
+        ).rowcount
+    finally:
+        conn.close()
+    if changed != 1:
+        raise AssertionError(f"claim {uid} has no record to damage")
+
+
+def set_row_bytes(path: Path, uid: str, column: str, raw: bytes) -> None:
+    """Store ``raw`` as the text of one column of a claim's row, whatever the bytes are
+    (invalid UTF-8 included), as a damaged page or another writer could leave it."""
+    if column not in ("data", "checksum", "state"):
+        raise ValueError(f"no such claim column: {column}")
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        changed = conn.execute(
+            f"UPDATE claims SET {column} = CAST(? AS TEXT) WHERE uid = ?",
+            (raw, uid),
         ).rowcount
     finally:
         conn.close()

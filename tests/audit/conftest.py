@@ -65,7 +65,12 @@ class AuditedNode:
         )
 
     async def audit(
-        self, *, fix: bool = False, backend: bool = True, api: bool = True
+        self,
+        *,
+        fix: bool = False,
+        backend: bool = True,
+        api: bool = True,
+        accept_lost_store: bool = False,
     ) -> audit_cli.AuditResult:
         return await audit_cli.run_audit(
             self.settings,
@@ -76,6 +81,7 @@ class AuditedNode:
             else None,
             api=access.resolve(url=self.api.url) if api else None,
             fix=fix,
+            accept_lost_store=accept_lost_store,
         )
 
     async def kinds(self, **options: Any) -> list[str]:

@@ -9,6 +9,7 @@ round over the failpoints runs the example driver behind the strict backend
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import stat
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dralet import failpoints
+from dralet.checkpoint import database
 from tests.harness import crash
 
 pytestmark = pytest.mark.crash
@@ -72,6 +74,42 @@ async def test_crash_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     if settings.runs >= len(report.known):
         assert report.never_reached == []
         assert report.never_killed == [], "armed round-robin, yet these never fired"
+
+
+CHECKPOINT_RUNS = 24
+"""Runs per failpoint around the copy of the store's log into its database file."""
+
+
+@pytest.mark.timeout(CAMPAIGN_TIMEOUT)
+@pytest.mark.parametrize("point", database.CHECKPOINT_FAILPOINTS)
+async def test_crash_runs_between_the_log_and_the_database(
+    short_tmp: Path, capsys: pytest.CaptureFixture[str], point: str
+) -> None:
+    """Kills between a commit in the write-ahead log and its copy into the database file
+    (and just after the copy), which a start reaches at the end of its recovery: at the
+    first hit, and in half the runs again at the first restart, so a restart's recovery
+    is killed there too."""
+    settings = crash.CrashSettings.from_env(runs=CHECKPOINT_RUNS)
+    settings = dataclasses.replace(settings, max_nth=1)
+    gate = asyncio.Semaphore(settings.concurrency)
+
+    async def one(index: int) -> crash.RunResult:
+        chance = 1.0 if index % 2 else 0.0
+        run = dataclasses.replace(settings, recovery_crash_chance=chance)
+        async with gate:
+            return await crash.run_one(
+                run, seed=settings.base_seed + index, root=short_tmp / "crash", names=[point]
+            )
+
+    results = await asyncio.gather(*(one(i) for i in range(settings.runs)))
+    kills = [len(r.killed_at) for r in results]
+    with capsys.disabled():
+        print(f"\n{point}: {len(results)} runs, {sum(kills)} kills, twice in {kills.count(2)}")
+    failed = [r for r in results if r.violations]
+    failures = "\n\n".join(r.describe(settings) for r in failed[:SHOWN_FAILURES])
+    assert not failed, f"{len(failed)} runs broke an invariant:\n{failures}"
+    assert all(k >= 1 for k in kills), "armed at the first hit, yet it never fired"
+    assert any(k >= 2 for k in kills), "never killed again during a restart's recovery"
 
 
 def _can_mknod(directory: Path) -> bool:

@@ -153,7 +153,10 @@ def node_root(short_root: Path) -> Path:
 
 
 @pytest.mark.e2e
-async def test_driver_process_stays_up_on_a_corrupt_checkpoint(short_root: Path) -> None:
+@pytest.mark.parametrize("content", [b"{not a database", b""], ids=["garbage", "empty"])
+async def test_driver_process_stays_up_on_a_corrupt_checkpoint(
+    short_root: Path, content: bytes
+) -> None:
     paths = DriverPaths(short_root)
     async with ApiServer(kubernetes_version="1.34") as api:
         cluster = ControlPlane(api)
@@ -170,7 +173,7 @@ async def test_driver_process_stays_up_on_a_corrupt_checkpoint(short_root: Path)
             assert (await plugin.prepare([ref])).kubelet_error == "", driver.log()
             await driver.kill()
             await kubelet.close()
-            claimstore.damage_store(paths.store)
+            claimstore.damage_store(paths.store, content)
 
             driver.start()
             plugin = await kubelet.wait_for_plugin("gpu.example.com", within=REGISTER_WITHIN)

@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dralet import errors, failpoints, fsutil, gcpause
-from dralet.checkpoint import codec
-from dralet.checkpoint.model import Checkpoint, ClaimRecord, evolve
+from dralet.checkpoint import codec, storefiles
+from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, evolve
 from dralet.checkpoint.store import CheckpointStore
 
 __all__ = [
@@ -69,6 +69,18 @@ SCHEMA_VERSION = 1
 FP_COMMIT_BEFORE = "store.commit.before"
 FP_COMMIT_AFTER = "store.commit.after"
 failpoints.declare(FP_COMMIT_BEFORE, FP_COMMIT_AFTER)
+FP_CHECKPOINT_BEFORE = "store.checkpoint.before"
+"""Commits are durable in the write-ahead log, not yet copied into the database file."""
+FP_CHECKPOINT_AFTER = "store.checkpoint.after"
+CHECKPOINT_FAILPOINTS = (FP_CHECKPOINT_BEFORE, FP_CHECKPOINT_AFTER)
+"""Not declared with the others: a process reaches them about once (at the end of its
+recovery), so a campaign that fires a failpoint at its 2nd or 3rd hit could miss them;
+the crash suite arms them at their first hit in runs of their own."""
+
+CHECKPOINT_EVERY = 256
+"""Commits between two copies of the log into the database file (``checkpoint``; about
+SQLite's own 1,000 pages). SQLite's automatic copy runs inside a commit; doing it here
+puts it between failpoints, where the crash campaign kills."""
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -94,6 +106,14 @@ _ROWS_WITHOUT_STAMPS = "SELECT uid, data, checksum, NULL, NULL, NULL, NULL, NULL
 """A read-only view of a database no release with stamps has opened yet."""
 _BUSY_TIMEOUT_MS = 30_000
 _COMPANIONS = ("-wal", "-shm")
+_SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
+"""What a SQLite call raises on a damaged file (the second: its error message quotes
+damaged text)."""
+_NOT_UTF8 = "Could not decode to UTF-8"
+"""The start of the ``sqlite3`` module's error for text that is not UTF-8."""
+_TEXT_ERRORS = "surrogateescape"
+"""How text that is not UTF-8 is read: every byte kept as a lone surrogate, which no row
+checksum can be computed over, so the row fails its own claim alone (``decode_row``)."""
 _READ_CHUNK = 500
 """Claims read in one query (SQLite allows 32,766 parameters; small chunks keep each
 statement cheap to prepare)."""
@@ -266,12 +286,18 @@ class RecordDatabase:
         self._open_lock = threading.Lock()
         self._stamps: bool | None = None
         """Whether the database has the ``stamps`` table (asked once)."""
+        self._reserve = False
+        """Whether ``storefiles``' reserve is kept (tried again after commits if not)."""
+        self._commits = 0
+        """Commits since the last ``checkpoint``."""
 
     # ------------------------------------------------------------------ opening
 
-    def _check_entries(self) -> None:
-        """Refuse anything but our own regular files: SQLite would follow a link, block
-        on a FIFO, or open a device."""
+    def _check_entries(self, *, fresh: bool = False) -> None:
+        """Refuse anything but our own regular files (SQLite would follow a link, block
+        on a FIFO, or open a device), and a file that cannot be the database this node
+        kept: SQLite would read an empty one as a new, empty database (``storefiles``).
+        ``fresh``: this process has just created the file."""
         for suffix in ("", *_COMPANIONS):
             entry = Path(f"{self.path}{suffix}")
             try:
@@ -282,6 +308,12 @@ class RecordDatabase:
                 raise errors.CheckpointCorruptError(
                     str(entry), f"is {fsutil.file_kind(mode)}, not a regular file"
                 )
+        try:
+            why = storefiles.damage(self.path, fresh=fresh)
+        except OSError as exc:
+            raise errors.CheckpointCorruptError(str(self.path), f"cannot be read: {exc}") from exc
+        if why:
+            raise errors.CheckpointCorruptError(str(self.path), why)
 
     def open(self) -> None:
         """Create the database now if it does not exist yet (and take over a
@@ -302,8 +334,8 @@ class RecordDatabase:
             self._connections.append(conn)
         return conn
 
-    def _raw_connect(self) -> sqlite3.Connection:
-        self._check_entries()
+    def _raw_connect(self, *, fresh: bool = False) -> sqlite3.Connection:
+        self._check_entries(fresh=fresh)
         try:
             # Each connection is used by the one thread that made it; ``close`` may come
             # from another once that thread is done with it.
@@ -317,13 +349,20 @@ class RecordDatabase:
             conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             # FULL in WAL mode: every commit fsyncs the log, so a commit is durable.
             conn.execute("PRAGMA synchronous = FULL")
-        except sqlite3.DatabaseError as exc:
+            if not self.read_only:
+                conn.execute("PRAGMA wal_autocheckpoint = 0")  # ``checkpoint`` does it
+        except _SQLITE_ERRORS as exc:
             raise self._failure(exc) from exc
         return conn
 
-    def _failure(self, exc: sqlite3.DatabaseError) -> Exception:
+    def _failure(self, exc: sqlite3.DatabaseError | UnicodeDecodeError) -> Exception:
         """An ``OSError`` for what a disk does (full, read-only, I/O, busy): retried later;
         ``CheckpointCorruptError`` for a file SQLite cannot read as a database."""
+        if isinstance(exc, UnicodeDecodeError):
+            # SQLite's own message quotes damaged schema text that is not UTF-8.
+            return errors.CheckpointCorruptError(
+                str(self.path), "its schema is damaged (SQLite's report is not even text)"
+            )
         if isinstance(exc, sqlite3.OperationalError):
             return _as_os_error(exc, self.path)
         return errors.CheckpointCorruptError(str(self.path), str(exc))
@@ -341,7 +380,22 @@ class RecordDatabase:
         else:
             os.close(fd)
             created = True
-        conn = self._raw_connect()
+        try:
+            self._initialize(created=created)
+        except BaseException:
+            if created and os.path.getsize(self.path) == 0:
+                # Nothing was written: leave no empty file a later start must doubt.
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
+            raise
+        storefiles.write_marker(self.path, driver=self.driver)
+        self._reserve = storefiles.ensure_reserve(self.path)
+        if created:
+            fsutil.fsync_dir(self.path.parent)
+
+    def _initialize(self, *, created: bool) -> None:
+        """The tables (on a new file), the schema check, the one migration."""
+        conn = self._raw_connect(fresh=created)
         try:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -349,13 +403,14 @@ class RecordDatabase:
             with _transaction(conn):
                 for statement in _SCHEMA:
                     conn.execute(statement)
-                stored = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                found = _fetch(conn, "SELECT value FROM meta WHERE key = 'schema'")
+                stored = found[0] if found else None
                 if stored is None:
                     conn.execute(
                         "INSERT INTO meta VALUES ('schema', ?), ('driver', ?), ('boot_id', '')",
                         (str(SCHEMA_VERSION), self.driver),
                     )
-                elif not str(stored[0]).isdigit() or int(stored[0]) > SCHEMA_VERSION:
+                elif not str(stored[0]).isdigit() or int(str(stored[0])) > SCHEMA_VERSION:
                     raise errors.CheckpointCorruptError(
                         str(self.path),
                         f"written by a newer dralet (store schema {str(stored[0])[:16]}, "
@@ -363,19 +418,16 @@ class RecordDatabase:
                     )
                 self._migrate(conn)
             self._retire_legacy()
-        except sqlite3.DatabaseError as exc:
+        except _SQLITE_ERRORS as exc:
             raise self._failure(exc) from exc
         finally:
             conn.close()
-        if created:
-            fsutil.fsync_dir(self.path.parent)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Move the records of ``checkpoint.json`` in, once (raises if it is corrupt)."""
         if self.legacy is None:
             return
-        done = conn.execute("SELECT 1 FROM meta WHERE key = 'migrated'").fetchone()
-        if done is not None:
+        if _fetch(conn, "SELECT 1 FROM meta WHERE key = 'migrated'"):
             return
         old = CheckpointStore(self.legacy).load()  # raises CheckpointCorruptError
         records = list(old.claims.values())
@@ -398,8 +450,8 @@ class RecordDatabase:
     def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
         conn = self._connect()
         try:
-            return conn.execute(sql, args).fetchall()
-        except sqlite3.DatabaseError as exc:
+            return _fetch(conn, sql, args)
+        except _SQLITE_ERRORS as exc:
             raise self._failure(exc) from exc
 
     def _rows(self) -> str:
@@ -413,9 +465,13 @@ class RecordDatabase:
 
     def _absent(self) -> Snapshot | None:
         """What a read finds before the database exists (nothing is created by reading):
-        the records of a ``checkpoint.json`` not taken over yet, or none."""
+        the records of a ``checkpoint.json`` not taken over yet, or none. A database
+        this node had and lost is ``CheckpointCorruptError``."""
         if self._opened or os.path.lexists(self.path):
             return None
+        why = storefiles.damage(self.path)
+        if why:
+            raise errors.CheckpointCorruptError(str(self.path), why)
         return Snapshot(CheckpointStore(self.legacy).load() if self.legacy else Checkpoint())
 
     def read(self, uid: str) -> tuple[ClaimRecord | None, str]:
@@ -499,6 +555,15 @@ class RecordDatabase:
         holds two of one claim; a device in the batch is released in hardware before its
         release is recorded, so an intent granted on it here is granted safely.
         """
+        try:
+            results = self._apply(ops)
+        except _DiskFull as full:
+            results = self._apply_on_full_disk(ops, full.error)
+        self._after_commit()
+        return results
+
+    def _apply(self, ops: Sequence[Op]) -> list[BaseException | None]:
+        """``apply``, once; ``_DiskFull`` when SQLite found the disk full."""
         results: list[BaseException | None] = [None] * len(ops)
         freeing: list[tuple[int, Drop | Put]] = []
         keeping: list[Put] = []
@@ -527,10 +592,68 @@ class RecordDatabase:
                 ):
                     results[index] = result
                 failpoints.hit(FP_COMMIT_BEFORE)
-        except sqlite3.DatabaseError as exc:
-            raise self._failure(exc) from exc
+        except _SQLITE_ERRORS as exc:
+            failure = self._failure(exc)
+            if isinstance(failure, OSError) and failure.errno == errno.ENOSPC:
+                raise _DiskFull(failure) from exc
+            raise failure from exc
         failpoints.hit(FP_COMMIT_AFTER)
         return results
+
+    def _apply_on_full_disk(self, ops: Sequence[Op], error: OSError) -> list[BaseException | None]:
+        """The disk is full: a claim on its way down (a rollback, an unprepare) must
+        still be recorded, or it is stranded half-way. Those ops are tried again, alone,
+        once the log starts over in the space it already has and then with the
+        reserve given back; the others (new intents, completions, stamps) fail with
+        ``ENOSPC``, recording nothing."""
+        down = [i for i, op in enumerate(ops) if _frees(op)]
+        if not down:
+            raise error
+        results: list[BaseException | None] = [error] * len(ops)
+        for make_room in (self._restart_log, self._give_back_reserve):
+            if not make_room():
+                continue
+            try:
+                done = self._apply([ops[i] for i in down])
+            except _DiskFull:
+                continue
+            for index, result in zip(down, done, strict=True):
+                results[index] = result
+            return results
+        raise error
+
+    def _restart_log(self) -> bool:
+        """Copy the log into the database so the next commit rewrites it from its
+        start, in space it already has; whether that worked."""
+        try:
+            busy, _, _ = self._connect().execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        except _SQLITE_ERRORS:
+            return False
+        return not busy
+
+    def _give_back_reserve(self) -> bool:
+        self._reserve = False
+        return storefiles.release_reserve(self.path)
+
+    def _after_commit(self) -> None:
+        self._commits += 1
+        if self._commits >= CHECKPOINT_EVERY:
+            with contextlib.suppress(OSError):  # the log keeps the commits meanwhile
+                self.checkpoint()
+        if not self._reserve:
+            self._reserve = storefiles.ensure_reserve(self.path)
+
+    def checkpoint(self) -> None:
+        """Copy the commits in the log into the database file (as far as readers
+        allow); the log is reused from its start afterwards."""
+        conn = self._connect()
+        failpoints.hit(FP_CHECKPOINT_BEFORE)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except _SQLITE_ERRORS as exc:
+            raise self._failure(exc) from exc
+        self._commits = 0
+        failpoints.hit(FP_CHECKPOINT_AFTER)
 
     @staticmethod
     def _free(conn: sqlite3.Connection, ops: Sequence[Drop | Put]) -> None:
@@ -576,11 +699,12 @@ class RecordDatabase:
             for key in keys:
                 holder = granted.get(key)
                 if holder is None:
-                    row = conn.execute(
+                    rows = _fetch(
+                        conn,
                         "SELECT uid FROM holds WHERE pool = ? AND device = ? AND share_id = ?",
                         key,
-                    ).fetchone()
-                    holder = None if row is None else str(row[0])
+                    )
+                    holder = str(rows[0][0]) if rows else None
                 if holder is not None and holder != record.uid:
                     busy = errors.DeviceBusyError(
                         record.uid, device=f"{key[0]}/{key[1]}", holder_uid=holder
@@ -602,7 +726,7 @@ class RecordDatabase:
         bases: dict[str, str] = {}
         for chunk, marks in _uid_chunks([op.uid for op in stamps]):
             sql = f"SELECT uid, checksum FROM claims WHERE uid IN ({marks})"  # noqa: S608 - only placeholders
-            bases.update((str(uid), str(checksum)) for uid, checksum in conn.execute(sql, chunk))
+            bases.update((str(uid), str(checksum)) for uid, checksum in _fetch(conn, sql, chunk))
         rows: list[tuple[str, str, str, str, str, str]] = []
         results: list[BaseException | None] = []
         for op in stamps:
@@ -628,8 +752,11 @@ class RecordDatabase:
         self._local = threading.local()
 
     def files(self) -> Iterable[Path]:
-        """The store's files as they are on disk now."""
-        return [Path(f"{self.path}{s}") for s in ("", *_COMPANIONS)]
+        """The store's files as they are on disk now (its marker included)."""
+        return [
+            *(Path(f"{self.path}{s}") for s in ("", *_COMPANIONS)),
+            storefiles.marker_path(self.path),
+        ]
 
 
 @contextlib.contextmanager
@@ -644,6 +771,44 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")  # a COMMIT that failed may leave it open
         raise
+
+
+class _DiskFull(Exception):
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _frees(op: Op) -> bool:
+    """Whether ``op`` takes a claim down (so must be recorded even on a full disk)."""
+    if isinstance(op, Drop):
+        return True
+    return isinstance(op, Put) and op.record.state in _GOING_DOWN
+
+
+_GOING_DOWN = frozenset({ClaimState.UNPREPARE_STARTED, ClaimState.RELEASED})
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", _TEXT_ERRORS)
+
+
+def _fetch(
+    conn: sqlite3.Connection, sql: str, args: Sequence[object] = ()
+) -> list[tuple[object, ...]]:
+    """Every row of a query. Text that is not UTF-8 makes SQLite's module fail the whole
+    query; it is then read again with such text kept as lone surrogates (four times
+    slower, so only then), which fails the claim whose row holds it, not the store."""
+    try:
+        return conn.execute(sql, args).fetchall()
+    except sqlite3.OperationalError as exc:
+        if _NOT_UTF8 not in str(exc):
+            raise
+    conn.text_factory = _text
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.text_factory = str
 
 
 def _row(record: ClaimRecord) -> tuple[str, str, str, str]:
@@ -687,9 +852,10 @@ def read_only_snapshot(path: Path, legacy: Path | None = None) -> Snapshot:
     def from_legacy() -> Snapshot:
         return Snapshot(CheckpointStore(legacy).load() if legacy else Checkpoint())
 
-    try:
-        os.lstat(path)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
+        why = storefiles.damage(path)
+        if why:
+            raise errors.CheckpointCorruptError(str(path), why)
         return from_legacy()
     db = RecordDatabase(path, read_only=True)
     try:

@@ -35,6 +35,7 @@ import yaml
 
 from dralet import errors, logs
 from dralet.cdi import names as cdi_names
+from dralet.checkpoint import storefiles
 from dralet.cli import exits, options
 from dralet.drivers import example
 from dralet.kube import access
@@ -238,9 +239,12 @@ async def run_audit(
     backend: BackendChoice | None,
     api: access.ApiAccess | None,
     fix: bool,
+    accept_lost_store: bool = False,
 ) -> AuditResult:
     """Audit the node; with ``fix``, repair through the claim engine (releasing devices
-    through ``backend``, the driver's own) and audit again."""
+    through ``backend``, the driver's own) and audit again. ``accept_lost_store``: the
+    operator says a lost or unusable record store is lost for good (``--fix`` then
+    starts a new one and removes what the node still holds of the lost claims)."""
     devices = backend.backend if backend is not None else None
     async with _api_client(api) as client:
         lister = ApiClaims(client) if client is not None else None
@@ -255,7 +259,7 @@ async def run_audit(
             backend=backend,
             api_server=str(client.host) if client is not None else "",
         )
-        if not fix or not findings:
+        if not fix or not (findings or accept_lost_store):
             return result
         if devices is None:
             raise AuditError("--fix releases devices through the driver's backend: pass --driver")
@@ -266,7 +270,18 @@ async def run_audit(
             claim_source = kube.ClaimClient(client)
         ledger = ClaimEngine(settings, backend=devices, claims=claim_source)
         try:
-            report: RecoveryReport = await audit.repair(ledger, findings)
+            report: RecoveryReport
+            if accept_lost_store:
+                # A new store first; then what the lost claims left is found (and
+                # repaired) as any other inconsistency.
+                report = await audit.accept_lost_store(ledger)
+                _, left = await _snapshot(settings, backend=devices, lister=lister)
+                if left:
+                    more = await audit.repair(ledger, left)
+                    report.actions.extend(more.actions)
+                    report.fail_closed = more.fail_closed
+            else:
+                report = await audit.repair(ledger, findings)
             _, remaining = await _snapshot(settings, backend=devices, lister=lister)
         except (OSError, TimeoutError, errors.DraletError) as exc:
             raise AuditError(f"repair failed: {exc}") from exc
@@ -298,6 +313,13 @@ def wrap_prose(lines: Sequence[str], width: int | None) -> str:
             else:
                 out.extend(textwrap.wrap(line, total_width, break_on_hyphens=False))
     return "\n".join(out)
+
+
+def _had_records(settings: DriverSettings) -> bool:
+    """Whether a driver kept claim records here (a lost store's marker counts: the
+    audit then reports the loss)."""
+    marker = storefiles.marker_path(settings.store_path)
+    return os.path.lexists(records_path(settings)) or os.path.lexists(marker)
 
 
 def records_path(settings: DriverSettings) -> Path:
@@ -438,6 +460,13 @@ def _repair_log() -> Iterator[None]:
 @click.option(
     "--fix", is_flag=True, help="Repair through the driver's recovery (default: dry run)."
 )
+@click.option(
+    "--accept-lost-store",
+    is_flag=True,
+    help="With --fix: the claim records are lost for good (the driver fails closed on an "
+    "unusable or missing store); start a new store (the old one is kept aside) and remove "
+    "what the node still holds of the lost claims.",
+)
 @options.output()
 def command(
     driver_name: str,
@@ -457,6 +486,7 @@ def command(
     in_cluster: bool,
     api_url: str | None,
     fix: bool,
+    accept_lost_store: bool,
     output: str,
 ) -> None:
     """Report (and --fix) leaks and inconsistencies on a node."""
@@ -469,6 +499,8 @@ def command(
             "warning: --backend-state is deprecated: use --driver example --state-dir DIR", err=True
         )
         driver, state_dir = "example", backend_state
+    if accept_lost_store and not fix:
+        raise click.UsageError("--accept-lost-store is a repair: pass --fix with it")
     if fix and driver is None:
         raise click.UsageError(
             "--fix releases devices through the driver's backend: pass --driver NAME "
@@ -498,7 +530,7 @@ def command(
                 f"plugin dir {settings.plugin_dir}: no such directory (no driver "
                 f"{driver_name} has run on this node; check --plugin-dir and --driver-name)"
             )
-        if not os.path.lexists(records_path(settings)):
+        if not (accept_lost_store or _had_records(settings)):
             raise AuditError(
                 f"{records_path(settings)}: no claim records (driver {driver_name} has not "
                 "started with this plugin dir; a started driver always has them)"
@@ -518,7 +550,15 @@ def command(
         except access.ApiAccessError as exc:
             raise AuditError(f"cannot connect to the API server: {exc}") from None
         with _repair_log():
-            result = asyncio.run(run_audit(settings, backend=backend, api=api, fix=fix))
+            result = asyncio.run(
+                run_audit(
+                    settings,
+                    backend=backend,
+                    api=api,
+                    fix=fix,
+                    accept_lost_store=accept_lost_store,
+                )
+            )
     except AuditError as exc:
         click.echo(f"dralet audit: {exc}", err=True)
         sys.exit(EXIT_ERROR)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dralet.node.claims import settle
 from dralet.node.claims.engine import ClaimEngine
 from dralet.node.claims.observe import ClaimLister, NodeSnapshot, take_snapshot
 from dralet.node.claims.plan import Finding, plan_node
@@ -22,6 +23,7 @@ __all__ = [
     "ClaimLister",
     "Finding",
     "NodeSnapshot",
+    "accept_lost_store",
     "find_inconsistencies",
     "repair",
     "take_snapshot",
@@ -36,3 +38,9 @@ def find_inconsistencies(snapshot: NodeSnapshot) -> list[Finding]:
 async def repair(engine: ClaimEngine, findings: Sequence[Finding]) -> RecoveryReport:
     """Execute the planned step of every finding through the engine."""
     return await engine.fix(findings)
+
+
+async def accept_lost_store(engine: ClaimEngine) -> RecoveryReport:
+    """``--fix --accept-lost-store``: start a new store in place of a lost one, then
+    recover (``settle.accept_lost_store``)."""
+    return await settle.accept_lost_store(engine)

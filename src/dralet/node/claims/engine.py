@@ -211,8 +211,8 @@ class ClaimEngine:
         if self.mode.fail_closed:
             return
         kept = self.store.keep_aside(exc.path)
-        reason = str(exc)
-        self.mode = Mode(f"{reason} (copy kept at {kept})" if kept else reason)
+        reason = f"{exc} (copy kept at {kept})" if kept else str(exc)
+        self.mode = Mode(f"{reason}; {settle.lost_store_hint(len(self.specs.scan()))}")
         self.metrics.checkpoint_errors.labels("corrupt").inc()
         log.error("claim store unusable, failing closed: %s", self.mode.fail_closed)
 

@@ -21,6 +21,7 @@ from dralet.node.claims import source
 from dralet.node.claims.observe import ClaimView, NodeSnapshot
 
 __all__ = [
+    "ACCEPT_LOST_STORE",
     "Action",
     "Finding",
     "plan_node",
@@ -51,6 +52,9 @@ class Action(enum.StrEnum):
     UNPREPARE = "unprepare"
     UNPREPARE_FROM_PROOF = "unprepare-from-proof"
 
+
+ACCEPT_LOST_STORE = "dralet audit --fix --accept-lost-store"
+"""How an operator says the claim records are lost for good (``settle.accept_lost_store``)."""
 
 BY_START = "start"
 BY_CLEANUP = "cleanup"
@@ -201,7 +205,8 @@ def _corrupt_checkpoint(snapshot: NodeSnapshot) -> Finding:
         message = (
             f"{snapshot.checkpoint_error}; {len(snapshot.specs)} CDI specs and "
             f"{len(in_use)} backend devices in use prove claims are prepared: "
-            "the driver fails closed"
+            "the driver fails closed (if the records are lost for good: "
+            f"{ACCEPT_LOST_STORE} --driver NAME)"
         )
         return _finding("corrupt-checkpoint", "checkpoint", message, None)
     found = _finding(

@@ -14,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dralet import errors, fsutil, gcpause
 from dralet.cdi.store import SpecStamp
+from dralet.checkpoint import storefiles
 from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.node.backend import ClaimRef, ClaimUID
@@ -31,11 +34,20 @@ from dralet.node.claims.observe import ClaimView, Mode, take_snapshot
 if TYPE_CHECKING:
     from dralet.node.claims.engine import ClaimEngine
 
-__all__ = ["RecoveryReport", "collect_stale", "fix", "recover"]
+__all__ = [
+    "ACCEPT_LOST_STORE",
+    "RecoveryReport",
+    "accept_lost_store",
+    "collect_stale",
+    "fix",
+    "lost_store_hint",
+    "recover",
+]
 
 log = logging.getLogger("dralet.node.claims")
 
 RETRY_MAX = 60.0
+ACCEPT_LOST_STORE = plan.ACCEPT_LOST_STORE
 REVALIDATE_CHUNK = 256
 """Claims revalidated after a reboot under their locks at once."""
 
@@ -76,6 +88,7 @@ async def _recover(engine: ClaimEngine, *, retry_later: bool) -> RecoveryReport:
     except OSError as exc:
         log.error("cannot tidy the driver's directories yet: %s", exc)  # noqa: TRY400
     try:
+        await _refuse_lost_store(engine)
         records = await asyncio.to_thread(engine.store.open)
     except errors.CheckpointCorruptError as exc:
         return await _recover_corrupt(engine, exc, report)
@@ -92,6 +105,7 @@ async def _recover(engine: ClaimEngine, *, retry_later: bool) -> RecoveryReport:
     )
     findings = plan.steps_of(plan.plan_node(snapshot), by=frozenset({plan.BY_START}))
     await _execute(engine, findings, report, known=records)
+    await _try(engine, report, "checkpoint", lambda: asyncio.to_thread(engine.store.checkpoint))
     for action, times in collections.Counter(a for a, _ in report.actions).items():
         engine.metrics.recovery_actions.labels(action).inc(times)
     if report.deferred and retry_later:
@@ -247,6 +261,60 @@ async def _retry_forever(engine: ClaimEngine) -> None:
         delay = min(RETRY_MAX, delay * 2)
 
 
+async def _refuse_lost_store(engine: ClaimEngine) -> None:
+    """``CheckpointCorruptError`` when opening would create a new, empty store on a
+    node that shows prepared claims of this driver (its CDI specs, devices its backend
+    holds): the store was there and is gone (the marker, when there, says so at open)."""
+    settings = engine.settings
+    if not await asyncio.to_thread(_opening_creates, settings.store_path, settings.checkpoint_path):
+        return
+    specs = await asyncio.to_thread(engine.specs.scan)
+    in_use = await engine.backend.devices_in_use()
+    if specs or in_use:
+        raise errors.CheckpointCorruptError(
+            str(settings.store_path),
+            f"is missing, but {len(specs)} CDI specs and {len(in_use)} devices in use of "
+            "this driver on the node show claims were prepared: its records were lost",
+        )
+
+
+def _opening_creates(store: Path, legacy: Path) -> bool:
+    """Whether opening the store would create it: no database, no ``checkpoint.json``
+    to take over, and no sign a store was lost (opening says why then)."""
+    if os.path.lexists(store) or os.path.lexists(legacy):
+        return False
+    return not storefiles.damage(store)
+
+
+def lost_store_hint(specs: int) -> str:
+    """What an operator reads on a node failing closed: what works and how to go on."""
+    return (
+        f"{specs} claims still have CDI specs and are unprepared from them; new prepares "
+        "resume once the node holds nothing of this driver and it restarts, or after "
+        f"`{ACCEPT_LOST_STORE} --driver NAME` (the records are lost for good: the rest "
+        "of their claims is then removed from the node)"
+    )
+
+
+async def accept_lost_store(engine: ClaimEngine) -> RecoveryReport:
+    """An operator says the records are lost for good: an unusable or missing store is
+    kept aside and a new one started (nothing changes when the store is fine); then
+    recovery runs, which removes what the node still holds of the lost claims as it
+    does any orphan (their spec files removed, their devices released)."""
+    try:
+        await _refuse_lost_store(engine)
+        await asyncio.to_thread(engine.store.open)
+    except errors.CheckpointCorruptError as exc:
+        kept = engine.store.keep_aside(exc.path)
+        await asyncio.to_thread(engine.store.reset)
+        engine.mode = Mode()
+        log.warning("claim records accepted as lost: %s (copy kept at %s)", exc.reason, kept)
+        report = await recover(engine)
+        report.actions.insert(0, ("lost-store-accepted", f"{exc.reason} (copy kept at {kept})"))
+        return report
+    return await recover(engine)
+
+
 async def _recover_corrupt(
     engine: ClaimEngine, exc: errors.CheckpointCorruptError, report: RecoveryReport
 ) -> RecoveryReport:
@@ -264,7 +332,7 @@ async def _recover_corrupt(
             kept,
         )
         return report
-    engine.mode = Mode(f"{exc} (copy kept at {kept}); {len(specs)} claims still have CDI specs")
+    engine.mode = Mode(f"{exc} (copy kept at {kept}); {lost_store_hint(len(specs))}")
     report.fail_closed = engine.mode.fail_closed
     log.error("failing closed: %s", engine.mode.fail_closed)
     return report

@@ -106,6 +106,10 @@ class RecordStore:
         """Every record (node-wide work: recovery, stale claims, audit)."""
         return self.db.snapshot()
 
+    def checkpoint(self) -> None:
+        """Copy the log's commits into the database file (blocking; after recovery)."""
+        self.db.checkpoint()
+
     # ------------------------------------------------------------------ writing
 
     def _new_writer(self) -> BatchThread[Sequence[Op], list[BaseException | None]]:
