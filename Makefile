@@ -75,8 +75,9 @@ helm: $(HELM_DIR)/helm
 k8s:
 	scripts/k8s-build
 
+# bench_apiserver.py runs upstream's Go test driver beside dralet when Go can build it.
 bench: install
-	$(PY) benchmarks/run_all.py
+	DRALET_GO_DRIVER="$$(scripts/dra-test-driver-build 2>/dev/null || true)" $(PY) benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) $(CODEGEN_VENV) .mypy_cache .ruff_cache .pytest_cache
