@@ -660,12 +660,15 @@ class _Run:
                 found += [os.path.join(directory, n) for n in names if fsutil.is_temp_name(n)]
         return sorted(found)
 
-    async def owed_removals_done(self) -> None:
-        """Give the running driver ``OWED_WITHIN`` s for the finalizer removals it owes
-        (Released records: answered unprepares whose removal follows the answer); any
-        still owed after that is the audit's to report."""
+    async def owed_removals_done(self, *, restart: bool) -> None:
+        """Give the driver ``OWED_WITHIN`` s for the finalizer removals it owes (Released
+        records: answered unprepares whose removal follows the answer), restarting it
+        when a failpoint killed it after an answer (its recovery does them, as a
+        restarted pod's would); any still owed after that is the audit's to report."""
         deadline = time.monotonic() + OWED_WITHIN
         while time.monotonic() < deadline:
+            if restart and self.running and not self.driver.alive:
+                await self.ensure_running()
             try:
                 records = database.read_only_snapshot(
                     self.node_settings.store_path, self.node_settings.checkpoint_path
@@ -678,7 +681,7 @@ class _Run:
 
     async def audit_node(self, *, empty: bool, when: str = "settled") -> None:
         assert self.cluster is not None
-        await self.owed_removals_done()
+        await self.owed_removals_done(restart=when != "after recovery")
         temps = self.temp_leftovers()
         if temps:
             self.violation(f"{when}: temp files of interrupted writes remain: {temps}")
