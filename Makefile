@@ -91,8 +91,9 @@ simulate-differential: install k8s
 	DRALET_SIMULATE_SCENARIOS=$(SCENARIOS) DRALET_SIMULATE_FIRST_SEED=$(FIRST_SEED) \
 		$(PY) -m pytest -m k8s tests/k8s/test_simulate_generated.py -q
 
+# bench_apiserver.py runs upstream's Go test driver beside dralet when Go can build it.
 bench: install
-	$(PY) benchmarks/run_all.py
+	DRALET_GO_DRIVER="$$(scripts/dra-test-driver-build 2>/dev/null || true)" $(PY) benchmarks/run_all.py
 
 # validate against a real kube-apiserver of every release in k8s/releases, on every
 # generated mutant (CI sends a sample); DRALET_VALIDATE_MUTANTS=N sends N. Needs `make k8s`.

@@ -36,6 +36,11 @@ class DriverMetrics:
         self.claims_prepared = Gauge(
             "dralet_claims_prepared", "Claims currently recorded as prepared.", registry=r
         )
+        self.finalizer_removals_owed = Gauge(
+            "dralet_finalizer_removals_owed",
+            "Claims unprepared (the kubelet answered) whose finalizer removal is still owed.",
+            registry=r,
+        )
         self.recovery_actions = Counter(
             "dralet_recovery_actions",
             "Repairs made by recovery at start or by garbage collection, by kind.",

@@ -155,6 +155,8 @@ async def test_released_claim_with_a_pending_finalizer(node: AuditedNode) -> Non
     )
     node.set_state(record.uid, ClaimState.RELEASED)
     assert await node.kinds() == ["finalizer-pending"]
+    (finding,) = (await node.audit()).findings
+    assert "finalizer removal owed" in finding.message
     assert ("finalizer-retried", ref.uid) in await _fixed(node)
     assert node.cluster.finalizers(ref) == []
 

@@ -104,6 +104,7 @@ async def test_abandoned_prepare_then_unprepare_leaves_the_node_clean(
             result = unprepare.result()
 
         assert result.kubelet_error == ""
+        await driver.ledger.settled()  # the finalizer removal follows the answer
         node.assert_gone(claim)
         assert FINALIZER not in node.finalizers(claim)
         assert list(node.settings.cdi_dir.iterdir()) == []

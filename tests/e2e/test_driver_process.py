@@ -18,6 +18,7 @@ import pytest
 from dralet.apiserver import ApiServer
 from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
 from dralet.kubelet import KubeletEmulator
+from tests import owed
 
 pytestmark = pytest.mark.e2e
 
@@ -104,7 +105,7 @@ async def test_prepare_survives_sigkill_and_sigterm_removes_sockets(stack: Stack
     assert len(spec["devices"]) == 2
 
     assert (await plugin.unprepare([ref])).kubelet_error == ""
-    assert stack.cluster.finalizers(ref) == []
+    assert await owed.settled_finalizers(stack.cluster, ref) == []
     assert not list(stack.paths.cdi_dir.glob("*.json"))
 
     assert await stack.driver.terminate() == 0, stack.driver.log()

@@ -24,7 +24,7 @@ from dralet.checkpoint import codec
 from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
 from dralet.kubelet import KubeletEmulator
 from dralet.testing.claims import MemoryClaims
-from tests import claimstore
+from tests import claimstore, owed
 from tests.hostile.conftest import (
     add_claim,
     allowed_dirs,
@@ -181,7 +181,7 @@ async def test_driver_process_stays_up_on_a_corrupt_checkpoint(
             refused = await plugin.prepare([other])
             assert "not preparing new claims" in refused.claims[other.uid].error
             assert (await plugin.unprepare([ref])).kubelet_error == ""
-            assert cluster.finalizers(ref) == []
+            assert await owed.settled_finalizers(cluster, ref) == []
             assert list(paths.cdi_dir.glob("*.json")) == []
             deadline = time.monotonic() + 1.0
             while time.monotonic() < deadline:  # it keeps running: no exit, no crash loop

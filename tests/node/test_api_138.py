@@ -15,6 +15,7 @@ from dralet.apiserver import ApiServer
 from dralet.cluster import ControlPlane
 from dralet.kubelet import KubeletEmulator
 from dralet.testing.claims import DRIVER
+from tests import owed
 from tests.node.conftest import make_settings
 
 WAIT_S = 20.0
@@ -54,7 +55,7 @@ async def test_driver_runs_against_a_server_without_v1beta1(short_root: Path) ->
             assert plane.finalizers(claim) == [FINALIZER]
             unprepared = await plugin.unprepare([claim])
             assert unprepared.kubelet_error == ""
-            assert plane.finalizers(claim) == []
+            assert await owed.settled_finalizers(plane, claim) == []
             await kubelet.close()
         written = {(w.kind, w.api_version) for w in api.writes}
         assert ("ResourceSlice", "resource.k8s.io/v1") in written

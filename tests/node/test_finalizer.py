@@ -4,6 +4,8 @@ stale claims are cleaned up after a grace period through the normal unprepare pa
 
 from __future__ import annotations
 
+import asyncio
+
 from dralet.checkpoint.model import ClaimState
 from dralet.testing.claims import allocated_claim
 from tests.node.conftest import Node
@@ -20,6 +22,7 @@ async def test_finalizer_present_exactly_while_prepared(node: Node) -> None:
     calls = node.claims.calls
     assert calls.index("add-finalizer default/c1") < len(calls)  # added during prepare
     await node.plugin.unprepare([kclaim(claim)])
+    await node.driver.ledger.settled()
     assert node.claims.finalizers("default", "c1") == []
 
 
@@ -37,6 +40,7 @@ async def test_finalizer_is_removed_only_after_spec_unlink_and_release(node: Nod
 
     node.claims.remove_finalizer = observing  # type: ignore[method-assign]
     await node.plugin.unprepare([kclaim(claim)])
+    await node.driver.ledger.settled()
     assert observed == [(False, {})]
 
 
@@ -48,6 +52,7 @@ async def test_deleted_claim_is_held_until_teardown_then_disappears(node: Node) 
     assert held["metadata"]["deletionTimestamp"]
     assert node.backend.in_use()  # still prepared: the claim must not vanish yet
     await node.plugin.unprepare([kclaim(claim)])
+    await node.driver.ledger.settled()
     assert ("default", "c1") not in node.claims.objects
 
 
@@ -58,6 +63,7 @@ async def test_claim_already_gone_at_unprepare_needs_no_api(node: Node) -> None:
     result = await node.plugin.unprepare([kclaim(claim)])
     assert result.kubelet_error == ""
     assert node.backend.in_use() == {}
+    await node.driver.ledger.settled()
     assert node.driver.ledger.known_claims() == {}
 
 
@@ -69,12 +75,42 @@ async def test_finalizer_removal_failure_does_not_fail_unprepare_and_is_retried(
     result = await node.plugin.unprepare([kclaim(claim)])
     assert result.kubelet_error == ""  # teardown is done; only the API is behind
     assert node.backend.in_use() == {}
+    await node.driver.ledger.settled()
     assert node.driver.ledger.known_claims()[uid].state == ClaimState.RELEASED
     assert node.claims.finalizers("default", "c1") == [FINALIZER]
     node.claims.fail_finalizer_removal = False
     assert await node.driver.ledger.collect_stale() == []
     assert node.claims.finalizers("default", "c1") == []
     assert node.driver.ledger.known_claims() == {}
+
+
+async def test_unprepare_is_answered_before_the_owed_finalizer_removal(node: Node) -> None:
+    """The kubelet's answer follows the local, durable teardown: the finalizer removal
+    is owed (a Released record, counted in the metrics) and done after the answer."""
+    claim = node.claims.add(allocated_claim("c1"))
+    uid = claim["metadata"]["uid"]
+    await node.plugin.prepare([kclaim(claim)])
+    original = node.claims.remove_finalizer
+    api_answers = asyncio.Event()
+
+    async def slow_api(*args: str) -> bool:
+        await api_answers.wait()
+        return await original(*args)
+
+    node.claims.remove_finalizer = slow_api  # type: ignore[method-assign]
+    result = await asyncio.wait_for(node.plugin.unprepare([kclaim(claim)]), timeout=30)
+    assert result.kubelet_error == ""
+    assert node.backend.in_use() == {}
+    assert not list(node.settings.cdi_dir.glob("*.json"))
+    assert node.driver.ledger.known_claims()[uid].state == ClaimState.RELEASED
+    assert node.claims.finalizers("default", "c1") == [FINALIZER]
+    owed = node.driver.metrics.finalizer_removals_owed
+    assert owed.collect()[0].samples[0].value == 1
+    api_answers.set()
+    await node.driver.ledger.settled()
+    assert node.claims.finalizers("default", "c1") == []
+    assert node.driver.ledger.known_claims() == {}
+    assert owed.collect()[0].samples[0].value == 0
 
 
 async def test_stale_claim_is_cleaned_only_after_the_grace_period(node: Node) -> None:

@@ -106,6 +106,7 @@ async def test_unprepare_unknown_and_twice_is_ok_with_an_entry(node: Node) -> No
     assert again.kubelet_error == ""
     assert node.backend.in_use() == {}
     assert not list(node.settings.cdi_dir.glob("*.json"))
+    await node.driver.ledger.settled()
     assert node.claims.finalizers("default", "c1") == []
 
 

@@ -105,7 +105,10 @@ class LedgerNode:
         return await self.ledger.prepare(refs)
 
     async def unprepare(self, *refs: ClaimRef) -> dict[str, str]:
-        return await self.ledger.unprepare(refs)
+        """The answers, once the finalizer removals they owe are done too."""
+        answers = await self.ledger.unprepare(refs)
+        await self.ledger.settled()
+        return answers
 
     def checkpoint(self) -> Checkpoint:
         return self.ledger.snapshot().checkpoint

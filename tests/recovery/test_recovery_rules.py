@@ -29,8 +29,13 @@ UNPREPARE_CRASH_POINTS = [
     "cdi.remove.after-unlink",
     "backend.release.after",
     "ledger.unprepare.after-release",
+]
+OWED_CRASH_POINTS = [
+    "ledger.unprepare.answered-finalizer-owed",
+    "api.remove-finalizer.before",
     "api.remove-finalizer.after",
 ]
+"""After the kubelet's answer: the finalizer removal is owed, its Released record durable."""
 
 
 @pytest.mark.parametrize("point", PREPARE_CRASH_POINTS)
@@ -87,6 +92,28 @@ async def test_unprepare_started_is_finished(tmp_path: Path, point: str) -> None
     assert report.count("unprepare-finished") == 1
     node.assert_gone(a)
     assert await node.unprepare(a) == {a.uid: ""}  # the kubelet's retry: nothing left to do
+
+
+@pytest.mark.parametrize("point", OWED_CRASH_POINTS)
+async def test_an_owed_finalizer_removal_is_done_after_a_restart(
+    tmp_path: Path, point: str
+) -> None:
+    node = LedgerNode.create(tmp_path)
+    a = node.add_claim("a", "gpu-0", "gpu-3")
+    await node.prepare(a)
+    with crash_at(point), pytest.raises(SimulatedCrash):
+        await node.unprepare(a)
+    record = node.record(a)
+    assert record is not None
+    assert record.state == ClaimState.RELEASED
+    assert node.held_by(a) == []
+    assert not node.spec_path(a).exists()
+
+    report = await node.restart().recover()
+
+    assert report.count("finalizer-retried") == 1
+    node.assert_gone(a)
+    assert await node.unprepare(a) == {a.uid: ""}
 
 
 async def test_spec_of_ours_without_a_record_is_removed_and_others_are_kept(

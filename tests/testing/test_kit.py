@@ -29,6 +29,7 @@ async def test_a_strict_backend_runs_as_a_node_and_is_called_by_the_kubelet(
 
         released = await node.unprepare(claim)
         assert released.kubelet_error == ""
+        await node.settled()
         assert claims.finalizers("default", "c1") == []
 
     backend.assert_clean()

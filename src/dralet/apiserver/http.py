@@ -1,8 +1,9 @@
 """The stand-in served over HTTP on 127.0.0.1 (aiohttp): the REST paths of the served kinds
 with get, list, watch (from a resourceVersion, with bookmarks), create, update, delete,
-deletecollection, dry runs, and merge, JSON, strategic-merge (as merge) and
-server-side-apply (as merge) patches; discovery; failures injected on request. Errors are
-``kind: Status`` bodies with ``Content-Type: application/json`` exactly.
+deletecollection, dry runs, and merge, JSON, strategic-merge (as merge, but for
+``metadata.finalizers``, a set) and server-side-apply (as merge) patches; discovery;
+failures injected on request. Errors are ``kind: Status`` bodies with
+``Content-Type: application/json`` exactly.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dralet.apiserver import discovery, selectors
 from dralet.apiserver.errors import ApiStatusError, JSONObject
 from dralet.apiserver.kinds import BY_PLURAL, RESOURCE_GROUP, Kind
 from dralet.apiserver.kubeconfig import write_kubeconfig
-from dralet.apiserver.patches import apply_list_map, json_patch, merge_patch
+from dralet.apiserver.patches import apply_list_map, json_patch, merge_patch, strategic_merge_patch
 from dralet.apiserver.settings import ApiServerSettings
 from dralet.apiserver.store import Store
 from dralet.apiserver.validity import device_status_key
@@ -432,7 +433,12 @@ class ApiServer(Store):
         ):
             if not isinstance(patch, dict):
                 raise ApiStatusError(400, "BadRequest", "a merge patch must be an object")
-            change = lambda current: merge_patch(current, patch)  # noqa: E731
+            merge = (
+                strategic_merge_patch
+                if content_type == "application/strategic-merge-patch+json"
+                else merge_patch
+            )
+            change = lambda current: merge(current, patch)  # noqa: E731
         else:
             raise ApiStatusError(
                 415,

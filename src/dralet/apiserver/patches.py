@@ -1,4 +1,5 @@
-"""JSON merge patches (RFC 7386) and JSON patches (RFC 6902), refused as 422 Invalid."""
+"""JSON merge patches (RFC 7386), JSON patches (RFC 6902) and the strategic-merge patch of
+``metadata.finalizers``; a patch that cannot apply is refused as 422 Invalid."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from dralet.apiserver.errors import ApiStatusError
 
-__all__ = ["apply_list_map", "json_patch", "merge_patch"]
+__all__ = ["apply_list_map", "json_patch", "merge_patch", "strategic_merge_patch"]
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -22,6 +23,41 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = merge_patch(result.get(key), value)
     return result
+
+
+# ObjectMeta.Finalizers is ``patchStrategy=merge``, ``listType=set``
+# (k8s.io/apimachinery@v0.37.2 pkg/apis/meta/v1/types.go); a primitive list's entries are
+# removed with the ``$deleteFromPrimitiveList/<field>`` directive
+# (k8s.io/apimachinery@v0.37.2 pkg/util/strategicpatch/patch.go).
+_DELETE_FROM_PRIMITIVE_LIST = "$deleteFromPrimitiveList/"
+_MERGED_SETS = frozenset({"finalizers"})
+
+
+def strategic_merge_patch(target: Any, patch: Any) -> Any:
+    """A strategic-merge patch as the API server applies it to the fields this stand-in
+    serves: a merge patch, except that ``metadata.finalizers`` is a set the patch adds to
+    (and removes from with ``$deleteFromPrimitiveList/finalizers``) instead of replacing."""
+    metadata_patch = patch.get("metadata") if isinstance(patch, Mapping) else None
+    if not isinstance(metadata_patch, Mapping) or not isinstance(target, Mapping):
+        return merge_patch(target, patch)
+    result = merge_patch(target, {k: v for k, v in patch.items() if k != "metadata"})
+    metadata = dict(result.get("metadata") or {})
+    plain: dict[str, Any] = {}
+    for key, value in metadata_patch.items():
+        if key.startswith(_DELETE_FROM_PRIMITIVE_LIST):
+            field = key[len(_DELETE_FROM_PRIMITIVE_LIST) :]
+            removed = set(value or [])
+            kept = [item for item in metadata.get(field) or [] if item not in removed]
+            metadata[field] = kept
+            if not kept:
+                metadata.pop(field)
+        elif key in _MERGED_SETS and isinstance(value, list):
+            merged = list(metadata.get(key) or [])
+            merged.extend(item for item in value if item not in merged)
+            metadata[key] = merged
+        else:
+            plain[key] = value
+    return {**result, "metadata": merge_patch(metadata, plain)}
 
 
 def apply_list_map(

@@ -1,10 +1,21 @@
 """``ClaimClient``: ResourceClaims for the ledger, through the API server.
 
 Implements ``dralet.node.claims.ClaimSource``: read a claim, and add or remove this
-driver's finalizer with a JSON merge patch that carries the claim's resourceVersion as
-a precondition, so a concurrent writer is never overwritten; a 409 means re-read and try
-again. A claim with another UID under the same name is a different claim: for the
-caller, the one it meant is gone.
+driver's finalizer with one strategic-merge patch and no read. ``metadata.finalizers`` is
+``patchStrategy=merge`` (k8s.io/apimachinery@v0.37.2 pkg/apis/meta/v1/types.go), so the
+patch ``{"metadata": {"finalizers": [ours]}}`` adds only our entry and
+``{"metadata": {"$deleteFromPrimitiveList/finalizers": [ours]}}`` removes only it
+(pkg/util/strategicpatch/patch.go): the other writers' entries stay, with no
+resourceVersion precondition and so no 409 to retry: the server applies the patch to the
+object as stored, again after a write conflict of its own (k8s.io/apiserver@v0.37.2
+pkg/endpoints/handlers/patch.go, ``applyPatch`` under the registry's GuaranteedUpdate).
+
+The patch carries the claim's UID: a claim recreated under the same name has another, and
+the server refuses the change of an immutable field (422, k8s.io/apimachinery@v0.37.2
+pkg/api/validation/objectmeta.go); a claim being deleted takes no new finalizer (422, the
+same file's ``ValidateNoNewFinalizers``); a missing one is 404. A claim with another UID
+under the same name is a different claim: for the caller, the one it meant is gone. A
+refusal is confirmed with a read (the rare path) before the finalizer is given up on.
 """
 
 from __future__ import annotations
@@ -21,6 +32,9 @@ from dralet.kube.client import KubeClient
 __all__ = ["ClaimClient"]
 
 log = logging.getLogger(__name__)
+
+_DELETE_FROM_FINALIZERS = "$deleteFromPrimitiveList/finalizers"
+_INVALID = 422
 
 
 class ClaimClient:
@@ -124,42 +138,50 @@ class ClaimClient:
         add: bool,
         current: Mapping[str, Any] | None = None,
     ) -> bool:
-        resource = await self._resource()
-        backoff = self.client.settings.conflict_backoff
-        where = f"ResourceClaim {namespace}/{name}"
-        for attempt in range(len(backoff) + 1):
-            claim = current if attempt == 0 and current is not None else None
-            if claim is None:
-                claim = await self.get_claim(namespace, name)
-            metadata = (claim or {}).get("metadata") or {}
-            if claim is None or metadata.get("uid") != uid:
-                return False
-            finalizers = list(metadata.get("finalizers") or [])
-            if add:
-                if finalizer in finalizers:
+        if current is not None and add:
+            metadata = current.get("metadata") or {}
+            if metadata.get("uid") == uid:
+                if finalizer in (metadata.get("finalizers") or []):
                     return True
                 if metadata.get("deletionTimestamp"):
                     return False
-                finalizers.append(finalizer)
-            else:
-                if finalizer not in finalizers:
-                    return True
-                finalizers = [f for f in finalizers if f != finalizer]
-            try:
-                await self.client.merge_patch(
-                    resource,
-                    name,
-                    {"metadata": {"finalizers": finalizers or None}},
-                    namespace=namespace,
-                    resource_version=str(metadata.get("resourceVersion")),
-                )
-                return True
-            except status.ApiError as error:
-                if error.not_found:
-                    return False
-                if not error.conflict or attempt >= len(backoff):
-                    raise
-                self.client.count_retry("conflict")
-                log.info("%s changed under us (attempt %d); re-reading", where, attempt + 1)
-                await asyncio.sleep(backoff[attempt])
-        raise errors.TemporaryError(f"{where}: finalizer update kept conflicting")
+        resource = await self._resource()
+        change: dict[str, Any] = (
+            {"finalizers": [finalizer]} if add else {_DELETE_FROM_FINALIZERS: [finalizer]}
+        )
+        try:
+            await self.client.strategic_merge_patch(
+                resource, name, {"metadata": {"uid": uid, **change}}, namespace=namespace
+            )
+        except status.ApiError as error:
+            if error.not_found:
+                return False
+            if not (error.conflict or error.code == _INVALID):
+                raise
+            return await self._refused(namespace, name, uid, finalizer, add=add, error=error)
+        return True
+
+    async def _refused(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        finalizer: str,
+        *,
+        add: bool,
+        error: status.ApiError,
+    ) -> bool:
+        """A refused finalizer patch: False if the claim it meant is gone (or, to add,
+        being deleted), else the refusal is raised as a temporary failure."""
+        claim = await self.get_claim(namespace, name)
+        metadata = (claim or {}).get("metadata") or {}
+        if claim is None or metadata.get("uid") != uid:
+            return False
+        present = finalizer in (metadata.get("finalizers") or [])
+        if add and metadata.get("deletionTimestamp") and not present:
+            return False
+        if present == add:
+            return True
+        raise errors.TemporaryError(
+            f"ResourceClaim {namespace}/{name}: finalizer patch refused: {error}"
+        )

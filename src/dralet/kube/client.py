@@ -40,6 +40,7 @@ kube_config: Any = _kube_config
 JSONObject = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 JSON = "application/json"
@@ -238,6 +239,25 @@ class KubeClient:
             resource.path(namespace=namespace, name=name, subresource=subresource),
             body=body,
             content_type=MERGE_PATCH,
+            query=[("fieldManager", self.settings.field_manager)],
+        )
+
+    async def strategic_merge_patch(
+        self,
+        resource: resources.Resource,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+    ) -> JSONObject:
+        """A strategic-merge patch (built-in kinds only): lists the API marks
+        ``patchStrategy=merge`` are merged, not replaced. Without a resourceVersion the
+        server applies it to the object as stored, re-applying it on a write conflict."""
+        return await self.request(
+            "PATCH",
+            resource.path(namespace=namespace, name=name),
+            body=dict(patch),
+            content_type=STRATEGIC_MERGE_PATCH,
             query=[("fieldManager", self.settings.field_manager)],
         )
 

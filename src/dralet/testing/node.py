@@ -88,6 +88,11 @@ class RunningNode:
         """NodeUnprepareResources for these claims in one call, judged as the kubelet does."""
         return await self.plugin.unprepare([kubelet_claim(c) for c in claims])
 
+    async def settled(self) -> None:
+        """Wait for the work that follows the answers given so far: the finalizer
+        removals an unprepare owes once the kubelet has its answer."""
+        await self.driver.ledger.settled()
+
 
 @contextlib.asynccontextmanager
 async def running_node(

@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dralet import errors, gcpause, logs
 from dralet.cdi import store as cdi_store
@@ -74,6 +74,18 @@ class _Call:
     irreversible: BaseException | None = None
     """The first irreversible failure: the call's answer (Internal), given once every
     other claim has its own."""
+    all_answered: asyncio.Future[None] | None = None
+    """Resolved once every claim has its outcome (set for calls that may be answered
+    before their work is over: an unprepare, whose finalizer removals follow it)."""
+
+    def answered(self, uid: str, outcome: PrepareOutcome) -> None:
+        self.outcomes[uid] = outcome
+        if (
+            self.all_answered is not None
+            and not self.all_answered.done()
+            and len(self.outcomes) >= len({ref.uid for ref in self.refs})
+        ):
+            self.all_answered.set_result(None)
 
     def failed_irreversibly(self, exc: BaseException) -> None:
         if self.irreversible is None:
@@ -165,6 +177,7 @@ class ClaimEngine:
         self.metrics = metrics or DriverMetrics()
         self.store = RecordStore(settings, boot_id=read_boot_id(settings), metrics=self.metrics)
         self.metrics.claims_prepared.set_function(self.store.count_prepared)
+        self.metrics.finalizer_removals_owed.set_function(self.store.count_released)
         self.specs = cdi_store.SpecStore(settings.cdi_dir, settings.cdi_kind)
         self.calls = Calls(
             invoker,
@@ -183,6 +196,7 @@ class ClaimEngine:
         self.pending_recovery: set[str] = set()
         """Claims whose recovery step failed (disk full, read-only); retried with backoff."""
         self._pending_checks: list[_Check] = []
+        self._workers: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ state access
 
@@ -345,13 +359,21 @@ class ClaimEngine:
         """
         queue = list(reversed(call.refs))
         run = self._prepare_group if call.operation == "prepare" else self._unprepare_group
+        if call.operation == "unprepare":
+            call.all_answered = asyncio.get_running_loop().create_future()
         workers = [self.work.spawn(f"{call.operation}-worker", self._groups(call, queue, run))]
+        self._workers.update(workers)
+        for worker in workers:
+            worker.add_done_callback(self._workers.discard)
+        waited: list[asyncio.Future[Any]] = [*workers]
+        if call.all_answered is not None:
+            waited.append(call.all_answered)
         bulk = gcpause.paused() if len(call.refs) >= GC_PAUSE_CLAIMS else contextlib.nullcontext()
         try:
             with bulk:
-                if workers:
-                    remaining = max(0.0, call.deadline - time.monotonic())
-                    await asyncio.wait(workers, timeout=remaining)  # never cancels them
+                remaining = max(0.0, call.deadline - time.monotonic())
+                # Never cancels them; an unprepare is answered once every claim is.
+                await asyncio.wait(waited, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         finally:
             queue.clear()  # whatever was not started stays unstarted
         raise_failure(workers)  # the process dying at a failpoint (not an Exception)
@@ -551,7 +573,7 @@ class ClaimEngine:
         except Exception as exc:  # noqa: BLE001 - the claim's answer
             with logs.bind(claim_uid=ref.uid, claim=f"{ref.namespace}/{ref.name}"):
                 outcome = self._failure(call.operation, ref, exc)
-        call.outcomes[ref.uid] = outcome
+        call.answered(ref.uid, outcome)
         result = "error" if outcome.error else "success"
         self.metrics.operation_done(call.operation, result, time.perf_counter() - started)
 
@@ -562,7 +584,7 @@ class ClaimEngine:
             if delay:
                 await asyncio.sleep(delay)
             one = self._prepare_claim if call.operation == "prepare" else self._unprepare_claim
-            call.outcomes[ref.uid] = await self._timed(call.operation, ref, call.deadline, one)
+            call.answered(ref.uid, await self._timed(call.operation, ref, call.deadline, one))
         except errors.IrreversibleError as exc:
             call.failed_irreversibly(exc)
         finally:
@@ -700,6 +722,14 @@ class ClaimEngine:
             raise ValueError(f"{action} is not a per-claim step")
         await self.steps.teardown(record, reason=reason)
         return names[action]
+
+    async def settled(self) -> None:
+        """Wait for the work of the calls answered so far (an unprepare's owed finalizer
+        removals) to end; raises what one of them died of (a failpoint's simulated
+        crash after the answer)."""
+        while self._workers:
+            ended, _ = await asyncio.wait(set(self._workers))
+            raise_failure(ended)
 
     async def close(self) -> None:
         """Finish the spec and record writes already handed off; close the store."""

@@ -56,6 +56,7 @@ FP_AFTER_SPEC = "ledger.prepare.after-spec"
 FP_AFTER_UNPREPARE_STARTED = "ledger.unprepare.after-started"
 FP_AFTER_RELEASE = "ledger.unprepare.after-release"
 FP_AFTER_FINALIZER_REMOVED = "ledger.unprepare.after-finalizer"
+FP_ANSWERED_FINALIZER_OWED = "ledger.unprepare.answered-finalizer-owed"
 failpoints.declare(
     FP_AFTER_STARTED,
     FP_AFTER_FINALIZER,
@@ -65,6 +66,7 @@ failpoints.declare(
     FP_AFTER_UNPREPARE_STARTED,
     FP_AFTER_RELEASE,
     FP_AFTER_FINALIZER_REMOVED,
+    FP_ANSWERED_FINALIZER_OWED,
 )
 
 
@@ -123,6 +125,10 @@ class _Down:
 def _unprepare_started(item: _Down, stored: ClaimRecord) -> None:
     item.record = stored
     failpoints.hit(FP_AFTER_UNPREPARE_STARTED)
+
+
+def _released(item: _Down, stored: ClaimRecord) -> None:
+    item.record = stored
 
 
 def _ignore(item: object, result: object) -> None:
@@ -851,7 +857,11 @@ class Steps:
         reasons: Sequence[str],
         done: Callable[[int], None] | None,
     ) -> None:
-        """The steps after the releases: finalizers, then one commit removing records."""
+        """The steps after the releases: finalizers, then one commit removing records.
+        With ``done`` (a caller that answers each claim as soon as it can: the kubelet's
+        unprepare), the claims holding a finalizer are answered once their Released
+        record is durable, and the removal, owed from then on, follows the answer."""
+        owed = await self._answer_owing(down, failed, reasons, done) if done else set()
         gone = await self._remove_finalizers(down, failed)
         if not gone:
             return
@@ -861,12 +871,42 @@ class Steps:
         except Exception as unwritten:  # noqa: BLE001 - the writer failed every removal
             dropped = [unwritten] * len(gone)
         for item, error in zip(gone, dropped, strict=True):
+            if item.index in owed:
+                continue  # answered already; a record not dropped is dropped next pass
             results[item.index] = error
             if error is None:
                 with _bound(ref_of(item.record)):
                     log.info("unprepared (%s)", reasons[item.index])
                 if done is not None:
                     done(item.index)
+
+    async def _answer_owing(
+        self,
+        down: Sequence[_Down],
+        failed: list[tuple[_Down, Exception]],
+        reasons: Sequence[str],
+        done: Callable[[int], None],
+    ) -> set[int]:
+        """Record Released for the claims that hold a finalizer (one commit) and answer
+        them: their spec is gone and their devices released, so the kubelet need not wait
+        on the API. The record is what makes the removal owed: a restart or the next
+        cleanup pass retries it (``plan_settle``: Released → remove the finalizer)."""
+        holding = [d for d in down if d.record.finalizer_added]
+        if not holding:
+            return set()
+        owing = [d for d in holding if d.record.state == ClaimState.RELEASED]
+        writing = [d for d in holding if d.record.state != ClaimState.RELEASED]
+        if writing:
+            stored = await self.store.put_many(
+                [d.record.with_state(ClaimState.RELEASED) for d in writing]
+            )
+            owing += _survivors(writing, stored, failed, _released)
+        for item in owing:
+            with _bound(ref_of(item.record)):
+                log.info("unprepared (%s); finalizer removal owed", reasons[item.index])
+            done(item.index)
+        _survivors(owing, owing, failed, _hit(FP_ANSWERED_FINALIZER_OWED))
+        return {item.index for item in owing}
 
     async def _finish_down_late(
         self,

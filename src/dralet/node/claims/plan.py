@@ -221,7 +221,10 @@ def _corrupt_checkpoint(snapshot: NodeSnapshot) -> Finding:
 _RECORD_FINDINGS: dict[Action, tuple[str, str]] = {
     Action.ROLL_BACK: ("half-prepared", "prepare never completed"),
     Action.FINISH_UNPREPARE: ("half-unprepared", "unprepare never completed"),
-    Action.RETRY_FINALIZER_REMOVAL: ("finalizer-pending", "released, finalizer not removed yet"),
+    Action.RETRY_FINALIZER_REMOVAL: (
+        "finalizer-pending",
+        "unprepared (the kubelet has its answer), finalizer removal owed",
+    ),
     Action.REVALIDATE: ("not-revalidated", "prepared before a reboot, not revalidated since"),
 }
 

@@ -173,6 +173,14 @@ class RecordStore:
         except Exception:  # noqa: BLE001 - a scrape never fails on an unusable store
             return float("nan")
 
+    def count_released(self) -> float:
+        """Claims torn down whose finalizer removal is still owed (the
+        ``dralet_finalizer_removals_owed`` gauge)."""
+        try:
+            return float(self.db.count(ClaimState.RELEASED.value))
+        except Exception:  # noqa: BLE001 - a scrape never fails on an unusable store
+            return float("nan")
+
     async def close(self) -> None:
         """Stop the writer thread (after the writes already handed to it), close the files."""
         await asyncio.to_thread(self.shutdown)
