@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dralet import errors
-from dralet.checkpoint import codec, database
+from dralet.checkpoint import codec, database, storefiles
 from dralet.checkpoint.database import Drop, Intent, Put, RecordDatabase, Stamp
 from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord, evolve
 from dralet.checkpoint.store import CheckpointStore
@@ -404,3 +404,19 @@ def test_a_new_connection_keeps_the_locks_of_the_ones_already_open(tmp_path: Pat
     assert probe() == "held"
     db.close()
     assert probe() == "free"
+
+
+def test_an_empty_database_file_is_lost_only_where_nothing_shows_it_in_use(
+    tmp_path: Path,
+) -> None:
+    """A store being created (another thread of this process between creating the file
+    and SQLite's first write, or a log still holding the first pages) is not a lost one."""
+    db = tmp_path / "claims.db"
+    db.write_bytes(b"")
+    assert "is empty" in storefiles.damage(db)
+    assert storefiles.damage(db, fresh=True) == ""
+    assert storefiles.damage(db, read_header=False) == ""  # this process has it open
+    Path(f"{db}-wal").write_bytes(b"\0" * 32)  # a log header, no frames
+    assert "is empty" in storefiles.damage(db)
+    Path(f"{db}-wal").write_bytes(b"\0" * 4128)  # a header and one frame
+    assert storefiles.damage(db) == ""

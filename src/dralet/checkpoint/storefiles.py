@@ -53,6 +53,7 @@ claims is a few pages of the log)."""
 MARKER_SUFFIX = ".created"
 RESERVE_SUFFIX = ".reserve"
 _LOG_SUFFIX = "-wal"
+_WAL_HEADER_BYTES = 32
 
 
 def marker_path(db: Path) -> Path:
@@ -86,7 +87,12 @@ def damage(db: Path, *, fresh: bool = False, read_header: bool = True) -> str:
     if not stat.S_ISREG(info.st_mode):
         return f"is {fsutil.file_kind(info.st_mode)}, not a regular file"
     if info.st_size == 0:
-        return "" if fresh else "is empty (0 bytes): its records were lost"
+        # In WAL mode a new database's pages stay in its log until the first checkpoint,
+        # so an empty file is a store in use where this process has it open or its log
+        # holds frames (a WAL header is 32 bytes; sqlite.org/fileformat2.html, 4.1).
+        if fresh or not read_header or _log_size(db) > _WAL_HEADER_BYTES:
+            return ""
+        return "is empty (0 bytes): its records were lost"
     if not read_header:
         return ""
     header = _header(db)
@@ -105,6 +111,13 @@ def damage(db: Path, *, fresh: bool = False, read_header: bool = True) -> str:
     if header[_VALID_FOR] == header[_CHANGE_COUNTER] and info.st_size < pages * page:
         return f"is truncated: {info.st_size} bytes, its header counts {pages} pages of {page}"
     return ""
+
+
+def _log_size(db: Path) -> int:
+    try:
+        return os.lstat(f"{db}{_LOG_SUFFIX}").st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _missing(db: Path) -> str:

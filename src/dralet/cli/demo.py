@@ -32,6 +32,19 @@ __all__ = ["command", "run_demo"]
 DRIVER = "gpu.example.com"
 SLICE_WAIT = 10.0
 POLL = 0.05
+FINALIZER_WAIT = 10.0
+"""How long the demo waits for the finalizer removal an unprepare owes after its answer."""
+
+
+async def _eventually(condition: Callable[[], bool], within: float) -> bool:
+    """Whether ``condition`` holds within ``within`` seconds (polled every ``POLL``), as
+    the slices are waited for."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        await asyncio.sleep(POLL)
+    return condition()
 
 
 @dataclass
@@ -280,7 +293,9 @@ async def _lifecycle(
     say.check(step, "unprepared without error", result.kubelet_error == "")
     say.check(step, "CDI spec removed", not _spec_files(paths))
     say.check(step, "devices released", _state(paths)["gpus in use"] == {})
-    say.check(step, "finalizer removed", cluster.finalizers(ref) == [])
+    # The answer follows the local teardown; the finalizer removal it owes comes after.
+    removed = await _eventually(lambda: cluster.finalizers(ref) == [], FINALIZER_WAIT)
+    say.check(step, "finalizer removed (after the answer)", removed)
     say.detail(step, f"state: {json.dumps(_state(paths))}")
 
     step = say.step("kubelet: NodeUnprepareResources again (idempotent)")
