@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -212,14 +213,31 @@ def _stop_pods(node: InstallNode) -> None:
     if kubelet.poll() is None:
         kubelet.terminate()
         kubelet.wait(timeout=STOP_TIMEOUT_S)
-    if node.kubelet.containerd.poll() is not None:
-        return
-    for task in node.ctr("tasks", "ls", "--quiet").stdout.split():
-        subprocess.run(
-            [*node.ctr_argv(), "tasks", "kill", "--all", "--signal", "SIGKILL", task],
-            check=False,
-            capture_output=True,
-        )
+    if node.kubelet.containerd.poll() is None:
+        for task in node.ctr("tasks", "ls", "--quiet").stdout.split():
+            subprocess.run(
+                [*node.ctr_argv(), "tasks", "kill", "--all", "--signal", "SIGKILL", task],
+                check=False,
+                capture_output=True,
+            )
+    _kill_node_processes(node.name)
+
+
+def _kill_node_processes(node_name: str) -> None:
+    """SIGKILL any container process still running for ``node_name`` (a driver whose
+    shim went first): left running, it would go on calling the session's API server
+    with the driver's ServiceAccount, in the next tests' audit logs."""
+    flag = f"--node-name={node_name}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if flag in argv:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(proc.name), signal.SIGKILL)
 
 
 @contextlib.contextmanager

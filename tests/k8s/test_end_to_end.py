@@ -85,8 +85,15 @@ async def delete_pod(node: Node, pod_name: str, ref: KubeletClaim) -> None:
     )
     unprepared = await node.plugin.unprepare([ref])
     assert unprepared.kubelet_error == "", node.driver.log()
-    claim = api.get("ResourceClaim", ref.name, namespace=NS)
-    assert claim is None or f"{DRIVER}/prepared" not in (claim["metadata"].get("finalizers") or [])
+
+    def finalizer_removed() -> bool:
+        # The answer follows the local teardown; the finalizer removal it owes comes after.
+        claim = api.get("ResourceClaim", ref.name, namespace=NS)
+        return claim is None or f"{DRIVER}/prepared" not in (
+            claim["metadata"].get("finalizers") or []
+        )
+
+    await eventually(finalizer_removed, "the driver's finalizer removed")
     api.request(
         "DELETE", api.path("Pod", name=pod_name, namespace=NS), query={"gracePeriodSeconds": "0"}
     )
