@@ -21,7 +21,7 @@ import pytest
 from tests.install import release
 from tests.install.node import InstallNode
 from tests.install.operator import Operator, condition, until
-from tests.k8sapi import ClusterApi
+from tests.k8sapi import PROBE_USER_AGENT, ClusterApi
 
 pytestmark = [pytest.mark.install, pytest.mark.k8s, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -55,6 +55,9 @@ def _as_token(api: ClusterApi, token: str, method: str, path: str, body: Any) ->
     context = ssl.create_default_context(cafile=str(api.cluster.workdir / "ca.crt"))
     request = urllib.request.Request(api.url + path, data=json.dumps(body).encode(), method=method)
     request.add_header("Authorization", f"Bearer {token}")
+    # A probe acting as the driver, not the driver: the RBAC test leaves it out of the
+    # driver's own requests in the audit log.
+    request.add_header("User-Agent", PROBE_USER_AGENT)
     request.add_header(
         "Content-Type",
         "application/merge-patch+json" if method == "PATCH" else "application/json",
