@@ -121,7 +121,7 @@ class ClaimClient:
         except status.ApiError as error:
             # A recreated claim: the server refuses the body's UID as a change of an
             # immutable field (422); a 409 is a conflict of the same claim.
-            if error.not_found or error.conflict or error.code == 422:
+            if error.not_found or error.conflict or error.code == _INVALID:
                 current = await self.get_claim(namespace, name)
                 if current is None or (current.get("metadata") or {}).get("uid") != uid:
                     return False
