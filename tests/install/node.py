@@ -182,7 +182,9 @@ def _mount_namespace() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _run(*args: str) -> None:
-    subprocess.run(list(args), check=True, capture_output=True)
+    done = subprocess.run(list(args), check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
 
 
 @contextlib.contextmanager
@@ -192,6 +194,11 @@ def _service_proxy(bridge: str, api_url: str) -> Iterator[None]:
         "PREROUTING", "-i", bridge, "-d", SERVICE_IP, "-p", "tcp",
         "--dport", str(SERVICE_PORT), "-j", "DNAT", "--to-destination", f"127.0.0.1:{port}",
     ]  # fmt: skip
+    # A run killed before its teardown (a cancelled CI job) leaves its bridge and rule behind.
+    subprocess.run(["ip", "link", "delete", bridge], check=False, capture_output=True)
+    stale = ["iptables", "-t", "nat", "-D", *rule]
+    while subprocess.run(stale, check=False, capture_output=True).returncode == 0:
+        pass
     _run("ip", "link", "add", bridge, "type", "bridge")
     try:
         _run("ip", "link", "set", bridge, "up")

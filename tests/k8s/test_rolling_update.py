@@ -71,8 +71,13 @@ async def test_a_rolling_update_hands_over_claims_and_keeps_the_slices(
         assert again.kubelet_error == "", new.log()
         unprepared = await new_plugin.unprepare([ref])
         assert unprepared.kubelet_error == "", new.log()
-        claim = api.get("ResourceClaim", ref.name, namespace=NS) or {}
-        assert f"{DRIVER}/prepared" not in (claim.get("metadata", {}).get("finalizers") or [])
+
+        def finalizer_removed() -> bool:
+            # The answer follows the local teardown; the finalizer removal it owes comes after.
+            claim = api.get("ResourceClaim", ref.name, namespace=NS) or {}
+            return f"{DRIVER}/prepared" not in (claim.get("metadata", {}).get("finalizers") or [])
+
+        await eventually(finalizer_removed, "the new instance removed the driver's finalizer")
         await asyncio.sleep(1.0)  # let the new instance's publisher settle, still watched
     finally:
         stop.set()
