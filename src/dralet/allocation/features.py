@@ -1,19 +1,10 @@
 """Which DRA scheduling features a Kubernetes release has on by default.
 
-Owns the feature-gate facts the allocator depends on, per release. Source:
-k8s.io/kubernetes v1.37.2 pkg/features/kube_features.go — DRAPartitionableDevices
-(alpha 1.33, beta and on 1.36), DRADeviceTaints (alpha 1.33, beta and on 1.36, GA
-1.37), DRAConsumableCapacity (alpha 1.34, beta and on 1.36), DRADeviceBindingConditions
-(alpha 1.34, beta and on 1.36), DRADeviceTaintRules (alpha 1.35, beta but off 1.36, GA
-and on 1.37), DRAListTypeAttributes (alpha and off in 1.36 and 1.37). Alpha gates are off
-by default, so a dry run for 1.35 or older behaves as if these features did not exist; a
-gate a cluster sets differently is given with ``with_gates``.
-
-1.38 (k8s.io/kubernetes v1.38.0-beta.0 pkg/features/kube_features.go): DRAPartitionableDevices,
-DRADeviceBindingConditions, DRADeviceTaints and DRADeviceTaintRules are GA and locked on
-(a component refuses to start with one of them set to false); DRAConsumableCapacity is GA
-but not locked (locks in 1.39); DRAListTypeAttributes stays alpha; the
-DynamicResourceAllocation gate is removed (DRA is always on), so it is no gate here.
+The release facts (on-by-default and locked releases of each gate) are ``dralet.gates``';
+this module maps them onto the allocator's ``Features``. Alpha gates are off by default, so
+a dry run for 1.35 or older behaves as if these features did not exist; a gate a cluster
+sets differently is given with ``with_gates``. The DynamicResourceAllocation gate is
+removed in 1.38 (DRA is always on), so it is no gate here.
 """
 
 from __future__ import annotations
@@ -22,24 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dralet import gates as dra_gates
+
 __all__ = ["GATES", "Features", "GateError", "LockedGateError", "UnknownGateError"]
-
-_ON_FROM = {
-    "partitionable_devices": 36,
-    "device_taints": 36,
-    "consumable_capacity": 36,
-    "binding_conditions": 36,
-    "device_taint_rules": 37,
-}
-"""Minor release from which a gate is on by default; a gate not here is off in every release."""
-
-_LOCKED_FROM = {
-    "partitionable_devices": 38,
-    "device_taints": 38,
-    "binding_conditions": 38,
-    "device_taint_rules": 38,
-}
-"""Minor release from which a gate is locked to its default (GA, LockToDefault)."""
 
 GATES = {
     "DRAPartitionableDevices": "partitionable_devices",
@@ -50,6 +26,18 @@ GATES = {
     "DRAListTypeAttributes": "list_type_attributes",
 }
 """Upstream gate name -> field of ``Features``."""
+
+_ON_FROM = {
+    field: on for name, field in GATES.items() if (on := dra_gates.gate(name).on_from) is not None
+}
+"""Minor release from which a gate is on by default; a gate not here is off in every release."""
+
+_LOCKED_FROM = {
+    field: locked
+    for name, field in GATES.items()
+    if (locked := dra_gates.gate(name).locked_from) is not None
+}
+"""Minor release from which a gate is locked to its default (GA, LockToDefault)."""
 
 
 class GateError(ValueError):

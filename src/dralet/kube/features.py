@@ -6,14 +6,8 @@ the live slice then differs from the wanted one, rewrite its slices for ever. Th
 publisher therefore writes such a field only where the release enables its gate by
 default, or where the operator says the cluster enables it.
 
-Gates and their default-on release: k8s.io/kubernetes v1.37.2 ``pkg/features/kube_features.go``
-(DRADeviceTaints, DRAPartitionableDevices, DRAConsumableCapacity and
-DRADeviceBindingConditions are alpha, off, from 1.33/1.34 and beta, on, from 1.36;
-DRADeviceTaints is GA in 1.37). In 1.38 (k8s.io/kubernetes v1.38.0-beta.0, same file)
-DRADeviceTaints, DRAPartitionableDevices and DRADeviceBindingConditions are GA and locked
-on: the server serves them whatever the operator's gate setting says; DRAConsumableCapacity
-is GA and not locked. Field names: k8s.io/api v0.37.2 ``resource/v1/types.go`` (no field
-added or removed in v0.38.0-beta.0).
+The releases that turn each gate on, or lock it on, are ``dralet.gates``'. Field names:
+k8s.io/api v0.37.2 ``resource/v1/types.go`` (no field added or removed in v0.38.0-beta.0).
 """
 
 from __future__ import annotations
@@ -23,6 +17,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from dralet.gates import gate
 
 __all__ = [
     "FEATURES",
@@ -38,42 +34,43 @@ class Feature:
     """One optional group of ResourceSlice fields and the gate that serves it."""
 
     gate: str
-    on_by_default_since: tuple[int, int]
-    locked_on_since: tuple[int, int] | None = None
-    """The release from which the gate is locked on (GA, LockToDefault)."""
     device_fields: tuple[str, ...] = ()
     capacity_fields: tuple[str, ...] = ()
     spec_fields: tuple[str, ...] = ()
     what: str = ""
 
+    @property
+    def on_by_default_since(self) -> tuple[int, int] | None:
+        on = gate(self.gate).on_from
+        return None if on is None else (1, on)
+
+    @property
+    def locked_on_since(self) -> tuple[int, int] | None:
+        """The release from which the gate is locked on (GA, LockToDefault)."""
+        locked = gate(self.gate).locked_from
+        return None if locked is None else (1, locked)
+
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
         gate="DRADeviceTaints",
-        on_by_default_since=(1, 36),
-        locked_on_since=(1, 38),
         device_fields=("taints",),
         what="device taints",
     ),
     Feature(
         gate="DRAPartitionableDevices",
-        on_by_default_since=(1, 36),
-        locked_on_since=(1, 38),
         device_fields=("consumesCounters",),
         spec_fields=("sharedCounters",),
         what="shared counters (partitionable devices)",
     ),
     Feature(
         gate="DRAConsumableCapacity",
-        on_by_default_since=(1, 36),
         device_fields=("allowMultipleAllocations",),
         capacity_fields=("requestPolicy",),
         what="consumable capacity",
     ),
     Feature(
         gate="DRADeviceBindingConditions",
-        on_by_default_since=(1, 36),
-        locked_on_since=(1, 38),
         device_fields=("bindsToNode", "bindingConditions", "bindingFailureConditions"),
         what="binding conditions",
     ),
@@ -107,7 +104,8 @@ def served_features(
         if server is not None and locked is not None and server >= locked:
             on = True
         elif explicit is None:
-            on = server is not None and server >= feature.on_by_default_since
+            since = feature.on_by_default_since
+            on = server is not None and since is not None and server >= since
         else:
             on = explicit
         if on:

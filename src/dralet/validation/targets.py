@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dralet import kubenames, releases
+from dralet.gates import gate
 
 __all__ = [
     "DEFAULT_KUBERNETES_VERSION",
@@ -39,6 +40,13 @@ SUPPORTED_KUBERNETES_VERSIONS = releases.through("1.38")
 """The releases whose API rules (below) dralet validates against."""
 DEFAULT_KUBERNETES_VERSION = releases.newest(SUPPORTED_KUBERNETES_VERSIONS)
 
+
+def _on_from(name: str) -> int:
+    on = gate(name).on_from
+    assert on is not None, f"{name} is on by default in no release"
+    return on
+
+
 _SERVED_FROM = {"v1beta1": 32, "v1beta2": 33, "v1": 34}
 """The minor Kubernetes release that first serves each resource.k8s.io version."""
 _DEPRECATED_FROM = {"v1beta1": 35, "v1beta2": 36}
@@ -49,11 +57,10 @@ _ADVANCED_DEVICES_LIMIT_FROM = 35
 """ResourceSliceMaxDevicesWithTaintsOrConsumesCounters (1.35), renamed
 ResourceSliceMaxDevicesWithAdvancedFeatures in 1.36: 64 instead of 128."""
 _LIST_ATTRIBUTES_ADVANCED_FROM = 36
-_LIST_ATTRIBUTES_FROM = 36
-_CONSUMABLE_CAPACITY_FROM = 36
-"""DRAListTypeAttributes: alpha and off in 1.36 and 1.37 (k8s.io/kubernetes v1.37.2
-pkg/features/kube_features.go). With the gate off the API server drops list values on
-create, which leaves such an attribute with no value."""
+_LIST_ATTRIBUTES_FROM = gate("DRAListTypeAttributes").alpha_from
+"""DRAListTypeAttributes is alpha and off by default (``dralet.gates``). With the gate off
+the API server drops list values on create, which leaves such an attribute with no value."""
+_CONSUMABLE_CAPACITY_FROM = _on_from("DRAConsumableCapacity")
 _ADVANCED_DEVICES_MAX = 64
 _DEVICES_MAX = 128
 _COUNTER_LIMITS_FROM = 35
@@ -75,10 +82,10 @@ DeviceTaintEffectNone) is served from 1.35 on."""
 _COUNTERS_IN_OWN_SLICES_FROM = 35
 """KEP-4815 as updated for 1.35 (kubernetes/kubernetes#134189): a slice holds either
 ``sharedCounters`` or ``devices``, never both."""
-_BETA_DEVICE_FEATURES_FROM = 36
-"""DRADeviceTaints and DRADeviceBindingConditions are on by default from 1.36 (k8s.io/kubernetes
-v1.37.2 pkg/features/kube_features.go); before, the server drops tolerations and binding
-conditions on create, so their content is not checked."""
+_TOLERATIONS_FROM = _on_from("DRADeviceTaints")
+_BINDING_CONDITIONS_FROM = _on_from("DRADeviceBindingConditions")
+"""Before their gates are on by default the server drops tolerations and binding conditions
+on create, so their content is not checked."""
 _TAINTS_MAX_BEFORE = 4
 _TAINTS_MAX_AFTER = 16
 _DECLARATIVE_CONSTRAINT_NAMES_FROM = 37
@@ -208,12 +215,12 @@ class ApiShape:
     @property
     def binding_conditions(self) -> bool:
         """A device's binding conditions are kept, and so checked."""
-        return self.minor >= _BETA_DEVICE_FEATURES_FROM
+        return self.minor >= _BINDING_CONDITIONS_FROM
 
     @property
     def tolerations(self) -> bool:
         """A request's tolerations are kept, and so checked."""
-        return self.minor >= _BETA_DEVICE_FEATURES_FROM
+        return self.minor >= _TOLERATIONS_FROM
 
     @property
     def taints_max(self) -> int:
