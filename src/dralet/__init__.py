@@ -1,7 +1,7 @@
 """dralet: a toolkit for Kubernetes DRA node drivers that cannot leak devices.
 
-This module is the public API. A driver author implements ``DeviceBackend`` (list
-devices, prepare one for a claim returning ``ContainerEdits``, release it) and hands it
+This module is the public API. A driver author implements ``ClaimBackend`` (list
+devices, prepare a claim's devices returning ``ContainerEdits``, release them) and hands it
 to ``run`` (blocking) or ``Driver`` (an async handle) with ``Settings``; dralet owns
 registration, the kubelet's DRA gRPC services, the crash-safe checkpoint, CDI files,
 recovery, garbage collection, ResourceSlices, the claim finalizer, health and metrics.
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
         ClaimRef,
         ClaimUID,
         Device,
-        DeviceBackend,
         DeviceConfig,
         DeviceHealth,
         DeviceMetadata,
@@ -83,7 +82,6 @@ _SOURCES: dict[str, str] = {
     "ClaimRef": "dralet.node.backend",
     "ClaimUID": "dralet.node.backend",
     "Device": "dralet.node.backend",
-    "DeviceBackend": "dralet.node.backend",
     "DeviceConfig": "dralet.node.backend",
     "PartialPrepareError": "dralet.node.backend",
     "DeviceHealth": "dralet.node.backend",
@@ -133,7 +131,6 @@ __all__ = [
     "CounterSet",
     "CounterSetSource",
     "Device",
-    "DeviceBackend",
     "DeviceConfig",
     "DeviceHealth",
     "DeviceMetadata",

@@ -9,8 +9,7 @@ point, a reboot, or in fail-closed mode. A backend that ignores its state cannot
 when that promise is broken; this one hands out a fresh token with every first prepare
 and checks it.
 
-Use it in a driver's own tests, alone or around a real backend of either contract (a v2
-``ClaimBackend`` or a v1 ``DeviceBackend``)::
+Use it in a driver's own tests, alone or around a real ``ClaimBackend``::
 
     backend = StrictBackend(state_dir=tmp_path / "strict")          # 4 fake devices
     backend = StrictBackend(state_dir=..., inner=MyBackend(...))     # checks MyBackend's calls
@@ -35,13 +34,14 @@ from dralet.cdi.spec import ContainerEdits
 from dralet.node.backend import (
     AllocatedDevice,
     ClaimAllocation,
+    ClaimBackend,
     Device,
     DeviceConfig,
     DeviceHealth,
     PartialPrepareError,
     PreparedDevice,
 )
-from dralet.node.invoke import AnyBackend, Invoker
+from dralet.node.invoke import Invoker
 
 __all__ = ["StrictBackend"]
 
@@ -58,7 +58,7 @@ class StrictBackend:
     """A ``ClaimBackend`` that checks the states and configs handed back to ``release_claim``."""
 
     def __init__(
-        self, *, state_dir: Path, inner: AnyBackend | None = None, devices: int = 4
+        self, *, state_dir: Path, inner: ClaimBackend | None = None, devices: int = 4
     ) -> None:
         self.state_dir = state_dir
         self.inner = Invoker(inner, hit_failpoints=False) if inner is not None else None
