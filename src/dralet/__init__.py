@@ -19,9 +19,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dralet.allocation.quantity import QuantityError, format_quantity, parse_quantity
     from dralet.cdi.spec import ContainerEdits, DeviceNode, Hook, Mount
     from dralet.errors import ClaimError, PermanentError, TemporaryError
     from dralet.fsutil import FileLock, atomic_write
+    from dralet.inotify import Inotify, InotifyEvents, InotifyUnavailableError
+    from dralet.kubenames import (
+        ATTRIBUTE_VALUE_MAX_LENGTH,
+        DNS_LABEL_MAX_LENGTH,
+        dns_label_problem,
+        qualified_name_problem,
+    )
     from dralet.metrics import DriverMetrics
     from dralet.node.backend import (
         AllocatedDevice,
@@ -37,6 +45,7 @@ if TYPE_CHECKING:
         DeviceStatus,
         HealthNotSupported,
         HealthStatus,
+        HeldDevice,
         NetworkData,
         PartialPrepareError,
         PreparedDevice,
@@ -63,8 +72,12 @@ if TYPE_CHECKING:
     )
     from dralet.node.publisher import PublisherSettings
     from dralet.node.settings import DriverSettings
+    from dralet.validation.configfile import YamlConfigError, parse_yaml_config
 
 _SOURCES: dict[str, str] = {
+    "QuantityError": "dralet.allocation.quantity",
+    "format_quantity": "dralet.allocation.quantity",
+    "parse_quantity": "dralet.allocation.quantity",
     "ContainerEdits": "dralet.cdi.spec",
     "DeviceNode": "dralet.cdi.spec",
     "Hook": "dralet.cdi.spec",
@@ -74,6 +87,13 @@ _SOURCES: dict[str, str] = {
     "TemporaryError": "dralet.errors",
     "FileLock": "dralet.fsutil",
     "atomic_write": "dralet.fsutil",
+    "Inotify": "dralet.inotify",
+    "InotifyEvents": "dralet.inotify",
+    "InotifyUnavailableError": "dralet.inotify",
+    "ATTRIBUTE_VALUE_MAX_LENGTH": "dralet.kubenames",
+    "DNS_LABEL_MAX_LENGTH": "dralet.kubenames",
+    "dns_label_problem": "dralet.kubenames",
+    "qualified_name_problem": "dralet.kubenames",
     "DriverMetrics": "dralet.metrics",
     "AllocatedDevice": "dralet.node.backend",
     "AttributeValue": "dralet.node.backend",
@@ -87,6 +107,7 @@ _SOURCES: dict[str, str] = {
     "DeviceHealth": "dralet.node.backend",
     "HealthNotSupported": "dralet.node.backend",
     "HealthStatus": "dralet.node.backend",
+    "HeldDevice": "dralet.node.backend",
     "PreparedDevice": "dralet.node.backend",
     "DeviceStatus": "dralet.node.backend",
     "DeviceMetadata": "dralet.node.backend",
@@ -111,10 +132,14 @@ _SOURCES: dict[str, str] = {
     "DriverStartError": "dralet.node.factory",
     "PublisherSettings": "dralet.node.publisher",
     "DriverSettings": "dralet.node.settings",
+    "YamlConfigError": "dralet.validation.configfile",
+    "parse_yaml_config": "dralet.validation.configfile",
 }
 """Where each public name is defined."""
 
 __all__ = [
+    "ATTRIBUTE_VALUE_MAX_LENGTH",
+    "DNS_LABEL_MAX_LENGTH",
     "AllocatedDevice",
     "ApiSettings",
     "AttributeValue",
@@ -146,20 +171,31 @@ __all__ = [
     "FileLock",
     "HealthNotSupported",
     "HealthStatus",
+    "HeldDevice",
     "Hook",
+    "Inotify",
+    "InotifyEvents",
+    "InotifyUnavailableError",
     "Mount",
     "NetworkData",
     "PartialPrepareError",
     "PermanentError",
     "PreparedDevice",
     "PublisherSettings",
+    "QuantityError",
     "QuantityRange",
     "RequestPolicy",
     "Settings",
     "TaintEffect",
     "TemporaryError",
     "Version",
+    "YamlConfigError",
     "atomic_write",
+    "dns_label_problem",
+    "format_quantity",
+    "parse_quantity",
+    "parse_yaml_config",
+    "qualified_name_problem",
     "run",
 ]
 

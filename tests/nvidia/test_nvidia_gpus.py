@@ -43,8 +43,7 @@ def backend(tmp: Path, nvml: FakeNvml | None = None) -> NvidiaGpus:
     settings = node_settings(tmp / "node", driver_name=DRIVER)
     return NvidiaGpus(
         Nvml(nvml or FakeNvml()),
-        store_path=settings.store_path,
-        legacy_path=settings.checkpoint_path,
+        ledger_dir=settings.plugin_dir,
         dev_root=fake_dev(tmp / "host"),
     )
 
@@ -97,8 +96,7 @@ async def test_a_prepared_gpu_gets_its_node_and_the_control_nodes(short_tmp: Pat
     nvml = FakeNvml()
     gpus = NvidiaGpus(
         Nvml(nvml),
-        store_path=settings.store_path,
-        legacy_path=settings.checkpoint_path,
+        ledger_dir=settings.plugin_dir,
         dev_root=fake_dev(short_tmp / "host"),
     )
     claims = MemoryClaims()
@@ -257,7 +255,7 @@ def test_with_the_toolkit_spec_a_device_gets_its_id_and_only_env_of_dralets(
     nvml = FakeNvml()
     settings = node_settings(tmp_path / "node", driver_name=DRIVER)
     gpus = NvidiaGpus(
-        Nvml(nvml), store_path=settings.store_path, dev_root=tmp_path, toolkit_cdi=True
+        Nvml(nvml), ledger_dir=settings.plugin_dir, dev_root=tmp_path, toolkit_cdi=True
     )
     allocation = one_device("gpu-4")
     (prepared,) = gpus.prepare_claim(allocation)
@@ -297,7 +295,7 @@ def test_a_prepared_gpu_gets_the_drivers_libraries_from_the_host_root(tmp_path: 
     settings = node_settings(tmp_path / "node", driver_name=DRIVER)
     gpus = NvidiaGpus(
         Nvml(FakeNvml()),
-        store_path=settings.store_path,
+        ledger_dir=settings.plugin_dir,
         dev_root=fake_dev(tmp_path / "host"),
         driver_root=driver_root(tmp_path / "driver-root"),
         host_driver_root=Path("/run/nvidia/driver"),
@@ -326,7 +324,7 @@ def test_without_the_drivers_libraries_a_gpu_gets_no_mounts(tmp_path: Path) -> N
     settings = node_settings(tmp_path / "node", driver_name=DRIVER)
     gpus = NvidiaGpus(
         Nvml(FakeNvml()),
-        store_path=settings.store_path,
+        ledger_dir=settings.plugin_dir,
         dev_root=fake_dev(tmp_path / "host"),
         driver_root=tmp_path / "empty",
     )

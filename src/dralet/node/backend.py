@@ -36,6 +36,7 @@ __all__ = [
     "DeviceStatus",
     "HealthNotSupported",
     "HealthStatus",
+    "HeldDevice",
     "NetworkData",
     "PartialPrepareError",
     "PreparedDevice",
@@ -229,6 +230,16 @@ class DeviceHealth:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class HeldDevice:
+    """A device dralet's claim records hold for a claim, with the state ``prepare_claim``
+    returned for it (empty while its prepare has not returned)."""
+
+    claim: ClaimUID
+    device: str
+    state: Mapping[str, Any] = field(default_factory=dict)
+
+
 @runtime_checkable
 class ClaimBackend(Protocol):
     """What a driver author implements.
@@ -236,6 +247,13 @@ class ClaimBackend(Protocol):
     Every method may be ``def`` (run in a thread pool) or ``async def``; each call is
     bounded by ``DriverSettings.backend_call_timeout`` (a call that exceeds it fails the
     claim with a retryable error and is rolled back like any failed prepare).
+
+    Optionally, ``restore_held(held: Sequence[HeldDevice])``: every device dralet's claim
+    records hold, told once the records are read at start (and by ``dralet audit``),
+    before anything asks ``devices_in_use``. A backend that changes nothing on the host
+    (it only hands device nodes to containers) has no record of its own of what is held:
+    it takes this as its starting point and follows its own ``prepare_claim`` and
+    ``release_claim`` calls from there.
     """
 
     def devices(self) -> MaybeAwaitable[Sequence[Device]]:

@@ -326,6 +326,9 @@ def run(
     ``ClaimRef``, a request name and device name -> ``DeviceMetadata``), for a driver that
     learns a device's metadata only after prepare, such as a pod's IP address: the
     request's metadata file is rewritten atomically and its generation bumped.
+    Optionally, ``restore_held(held)``: called at start, once dralet's claim records are
+    read, with every device they hold (``HeldDevice``: claim UID, device, the state
+    prepare returned), for a backend that keeps no record of its own of what is held.
 
     ``health()`` may raise ``HealthNotSupported``: the driver then advertises no health
     service, and each kubelet release leaves it alone without logging errors.

@@ -11,7 +11,8 @@
   runs beside the prepare it undoes, and the rollback is finished by a later call;
 - every ``prepare_claim``/``release_claim`` call is between two failpoints (the crash
   suite kills the driver at each);
-- ``devices_in_use`` is normalized to device → frozenset of claim UIDs.
+- ``devices_in_use`` is normalized to device → frozenset of claim UIDs;
+- ``restore_held`` tells a backend that has that method what the claim records hold.
 """
 
 from __future__ import annotations
@@ -25,17 +26,20 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
 from dralet import errors, failpoints
+from dralet.checkpoint.model import PREPARED_STATE_KEY, Checkpoint
 from dralet.node import devices as node_devices
 from dralet.node.backend import (
     AllocatedDevice,
     ClaimAllocation,
     ClaimBackend,
+    ClaimUID,
     Device,
     DeviceHealth,
+    HeldDevice,
     PreparedDevice,
 )
 
-__all__ = ["AnyBackend", "BackendTimeoutError", "Invoker", "normalize"]
+__all__ = ["AnyBackend", "BackendTimeoutError", "Invoker", "held_devices", "normalize"]
 
 FP_BACKEND_PREPARE_BEFORE = "backend.prepare.before"
 FP_BACKEND_PREPARE_AFTER = "backend.prepare.after"
@@ -225,6 +229,26 @@ class Invoker:
 
     async def health(self) -> Mapping[str, DeviceHealth]:
         return cast(Mapping[str, DeviceHealth], await self._call("health", None, self.inner.health))
+
+    async def restore_held(self, held: Sequence[HeldDevice]) -> None:
+        """Tell the backend what the claim records hold, if it asks (``restore_held``)."""
+        hook = getattr(self.inner, "restore_held", None)
+        if callable(hook):
+            await self._call("restore_held", None, hook, tuple(held))
+
+
+def held_devices(records: Checkpoint) -> tuple[HeldDevice, ...]:
+    """Every device a record in a holding state names, with the state prepare returned."""
+    return tuple(
+        HeldDevice(
+            claim=ClaimUID(uid),
+            device=device.device,
+            state=dict(device.backend_state.get(PREPARED_STATE_KEY) or {}),
+        )
+        for uid, record in records.claims.items()
+        if record.holds_devices
+        for device in record.devices
+    )
 
 
 def normalize(backend: ClaimBackend | Invoker, *, timeout: float | None = None) -> Invoker:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from dralet.node.backend import (
     Device,
     DeviceConfig,
     DeviceHealth,
+    HeldDevice,
     PartialPrepareError,
     PreparedDevice,
 )
@@ -219,6 +221,16 @@ class StrictBackend:
                 for name, entry in self._read().items()
                 if not entry.get("released")
             }
+
+    async def restore_held(self, held: Sequence[HeldDevice]) -> None:
+        """Passed on to the inner backend, without the tokens this one adds to states."""
+        if self.inner is not None:
+            await self.inner.restore_held(
+                [
+                    replace(h, state={k: v for k, v in h.state.items() if k != MARK_KEY})
+                    for h in held
+                ]
+            )
 
     async def survives_reboot(self, device: AllocatedDevice, state: Mapping[str, Any]) -> bool:
         """The inner backend's answer (True without one)."""
