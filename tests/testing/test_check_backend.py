@@ -70,3 +70,8 @@ async def test_every_failed_case_is_named_in_one_failure(short_tmp: Path) -> Non
 def test_process_mode_needs_a_named_driver() -> None:
     with pytest.raises(TypeError, match="name the driver"):
         testing.check_backend(MemoryDevices(1), driver_name=DRIVER, process=True)
+
+
+def test_something_that_is_no_backend_is_refused_by_name() -> None:
+    with pytest.raises(TypeError, match=r"object is not a ClaimBackend \(missing: devices, "):
+        testing.check_backend(object(), driver_name=DRIVER)  # type: ignore[arg-type]

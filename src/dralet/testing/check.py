@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Protocol
 from dralet.node.backend import ClaimBackend
 from dralet.node.config import ApiSettings, Settings
 from dralet.node.driver import Driver
-from dralet.node.factory import BackendFactory, DriverConfig
+from dralet.node.factory import BACKEND_METHODS, BackendFactory, DriverConfig
 from dralet.testing.node import node_settings
 
 if TYPE_CHECKING:
@@ -132,6 +132,13 @@ async def check_backend_async(
 
     if process and not isinstance(backend, str):
         raise TypeError("process=True runs `dralet run --driver NAME`: name the driver")
+    given: object = backend  # from an untyped caller, anything
+    if not isinstance(given, str | ClaimBackend) and not callable(given):
+        missing = [m for m in BACKEND_METHODS if not callable(getattr(given, m, None))]
+        raise TypeError(
+            f"{type(given).__name__} is not a ClaimBackend (missing: {', '.join(missing)}), "
+            "a factory or a driver's name"
+        )
     with _node_root(root) as where:
         async with ApiServer(kubernetes_version=kubernetes_version) as api:
             ControlPlane(api, driver_name=driver_name, node_name=node_name).add_node()
