@@ -6,7 +6,11 @@ to ``run`` (blocking) or ``Driver`` (an async handle) with ``Settings``; dralet 
 registration, the kubelet's DRA gRPC services, the crash-safe checkpoint, CDI files,
 recovery, garbage collection, ResourceSlices, the claim finalizer, health and metrics.
 ``help(dralet.run)`` is the whole author contract, packaging as a ``dralet run
---driver`` plugin included.
+--driver`` plugin included. A driver needs nothing else from dralet: the name rules
+(``qualified_name_problem``, ``dns_label_problem``), quantities (``parse_quantity``),
+its YAML configuration file (``parse_yaml_config``) and device-node watches
+(``Inotify``) are here too; its tests run ``dralet conformance`` against it with
+``dralet.testing.check_backend``.
 
 The public names load on first use (PEP 562), so the command-line tools under
 ``dralet.*`` (``dralet validate``, ``dralet simulate``) never pay for the driver's gRPC
