@@ -37,5 +37,6 @@ async def test_acme_fpga_passes_conformance_as_a_process(short_tmp: Path) -> Non
     )
     assert {c.status for c in result.cases} == {"pass"}, result.to_json()
     assert any(c.name.startswith("restart.") for c in result.cases)
+    assert result.published == ("fpga-0", "fpga-1", "fpga-2"), "the --driver-config file was read"
     log = (short_tmp / "node" / "driver.log").read_text()
     assert "driver acme-fpga (acme_fpga.driver:factory)" in log

@@ -38,3 +38,4 @@ async def test_hostdev_passes_strict_conformance_as_a_process(
     )
     assert {c.status for c in result.cases} == {"pass"}, result.to_json()
     assert [kubelet for kubelet, _ in result.services] == ["1.34", "1.37"]
+    assert result.published == ("acc-acc0", "acc-acc1", "acc-acc2")
