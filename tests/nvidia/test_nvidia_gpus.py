@@ -154,6 +154,19 @@ def test_only_the_same_gpu_survives_a_reboot(tmp_path: Path) -> None:
     assert not gpus.survives_reboot(device, state)
 
 
+def test_what_dralets_records_hold_is_in_use_until_released(tmp_path: Path) -> None:
+    nvml = FakeNvml()
+    gpus = backend(tmp_path, nvml)
+    assert gpus.devices_in_use() == {}, "a whole GPU keeps no record of its claim"
+    state = {"uuid": nvml.gpus[2].uuid, "minor": 2}
+    gpus.restore_held([dralet.HeldDevice(dralet.ClaimUID("u"), "gpu-2", state)])
+    assert gpus.devices_in_use() == {"gpu-2": "u"}
+    nvml.lose(2)
+    assert gpus.health()["gpu-2"].status is dralet.HealthStatus.UNHEALTHY
+    gpus.release_claim(one_device("gpu-2"), [state])
+    assert gpus.devices_in_use() == {}
+
+
 def test_nvml_is_initialised_only_while_used(tmp_path: Path) -> None:
     nvml = FakeNvml()
     backend(tmp_path, nvml).devices()
