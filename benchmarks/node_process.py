@@ -24,7 +24,6 @@ from typing import Any
 
 import dralet
 from dralet.drivers.example import SimulatedGPUs
-from dralet.node.backend import DeviceBackend
 from dralet.node.settings import DriverSettings
 from dralet.testing import MemoryDevices
 from dralet.testing.claims import DRIVER, NODE, allocated_claim
@@ -121,7 +120,7 @@ async def serve(args: argparse.Namespace) -> None:
         metrics_host="127.0.0.1",
     )
     claims = SyntheticClaims(args.claims, args.devices)
-    backend: DeviceBackend = (
+    backend: dralet.ClaimBackend = (
         SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=args.devices)
         if args.backend == "example"
         else CountingDevices(args.devices, root / "violations")

@@ -1,12 +1,16 @@
 """dralet: a toolkit for Kubernetes DRA node drivers that cannot leak devices.
 
-This module is the public API. A driver author implements ``DeviceBackend`` (list
-devices, prepare one for a claim returning ``ContainerEdits``, release it) and hands it
+This module is the public API. A driver author implements ``ClaimBackend`` (list
+devices, prepare a claim's devices returning ``ContainerEdits``, release them) and hands it
 to ``run`` (blocking) or ``Driver`` (an async handle) with ``Settings``; dralet owns
 registration, the kubelet's DRA gRPC services, the crash-safe checkpoint, CDI files,
 recovery, garbage collection, ResourceSlices, the claim finalizer, health and metrics.
 ``help(dralet.run)`` is the whole author contract, packaging as a ``dralet run
---driver`` plugin included.
+--driver`` plugin included. A driver needs nothing else from dralet: the name rules
+(``qualified_name_problem``, ``dns_label_problem``), quantities (``parse_quantity``),
+its YAML configuration file (``parse_yaml_config``) and device-node watches
+(``Inotify``) are here too; its tests run ``dralet conformance`` against it with
+``dralet.testing.check_backend``.
 
 The public names load on first use (PEP 562), so the command-line tools under
 ``dralet.*`` (``dralet validate``, ``dralet simulate``) never pay for the driver's gRPC
@@ -19,9 +23,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dralet.allocation.quantity import QuantityError, format_quantity, parse_quantity
     from dralet.cdi.spec import ContainerEdits, DeviceNode, Hook, Mount
     from dralet.errors import ClaimError, PermanentError, TemporaryError
     from dralet.fsutil import FileLock, atomic_write
+    from dralet.inotify import Inotify, InotifyEvents, InotifyUnavailableError
+    from dralet.kubenames import (
+        ATTRIBUTE_VALUE_MAX_LENGTH,
+        DNS_LABEL_MAX_LENGTH,
+        dns_label_problem,
+        qualified_name_problem,
+    )
     from dralet.metrics import DriverMetrics
     from dralet.node.backend import (
         AllocatedDevice,
@@ -31,13 +43,13 @@ if TYPE_CHECKING:
         ClaimRef,
         ClaimUID,
         Device,
-        DeviceBackend,
         DeviceConfig,
         DeviceHealth,
         DeviceMetadata,
         DeviceStatus,
         HealthNotSupported,
         HealthStatus,
+        HeldDevice,
         NetworkData,
         PartialPrepareError,
         PreparedDevice,
@@ -64,8 +76,12 @@ if TYPE_CHECKING:
     )
     from dralet.node.publisher import PublisherSettings
     from dralet.node.settings import DriverSettings
+    from dralet.validation.configfile import YamlConfigError, parse_yaml_config
 
 _SOURCES: dict[str, str] = {
+    "QuantityError": "dralet.allocation.quantity",
+    "format_quantity": "dralet.allocation.quantity",
+    "parse_quantity": "dralet.allocation.quantity",
     "ContainerEdits": "dralet.cdi.spec",
     "DeviceNode": "dralet.cdi.spec",
     "Hook": "dralet.cdi.spec",
@@ -75,6 +91,13 @@ _SOURCES: dict[str, str] = {
     "TemporaryError": "dralet.errors",
     "FileLock": "dralet.fsutil",
     "atomic_write": "dralet.fsutil",
+    "Inotify": "dralet.inotify",
+    "InotifyEvents": "dralet.inotify",
+    "InotifyUnavailableError": "dralet.inotify",
+    "ATTRIBUTE_VALUE_MAX_LENGTH": "dralet.kubenames",
+    "DNS_LABEL_MAX_LENGTH": "dralet.kubenames",
+    "dns_label_problem": "dralet.kubenames",
+    "qualified_name_problem": "dralet.kubenames",
     "DriverMetrics": "dralet.metrics",
     "AllocatedDevice": "dralet.node.backend",
     "AttributeValue": "dralet.node.backend",
@@ -83,12 +106,12 @@ _SOURCES: dict[str, str] = {
     "ClaimRef": "dralet.node.backend",
     "ClaimUID": "dralet.node.backend",
     "Device": "dralet.node.backend",
-    "DeviceBackend": "dralet.node.backend",
     "DeviceConfig": "dralet.node.backend",
     "PartialPrepareError": "dralet.node.backend",
     "DeviceHealth": "dralet.node.backend",
     "HealthNotSupported": "dralet.node.backend",
     "HealthStatus": "dralet.node.backend",
+    "HeldDevice": "dralet.node.backend",
     "PreparedDevice": "dralet.node.backend",
     "DeviceStatus": "dralet.node.backend",
     "DeviceMetadata": "dralet.node.backend",
@@ -113,10 +136,14 @@ _SOURCES: dict[str, str] = {
     "DriverStartError": "dralet.node.factory",
     "PublisherSettings": "dralet.node.publisher",
     "DriverSettings": "dralet.node.settings",
+    "YamlConfigError": "dralet.validation.configfile",
+    "parse_yaml_config": "dralet.validation.configfile",
 }
 """Where each public name is defined."""
 
 __all__ = [
+    "ATTRIBUTE_VALUE_MAX_LENGTH",
+    "DNS_LABEL_MAX_LENGTH",
     "AllocatedDevice",
     "ApiSettings",
     "AttributeValue",
@@ -133,7 +160,6 @@ __all__ = [
     "CounterSet",
     "CounterSetSource",
     "Device",
-    "DeviceBackend",
     "DeviceConfig",
     "DeviceHealth",
     "DeviceMetadata",
@@ -149,20 +175,31 @@ __all__ = [
     "FileLock",
     "HealthNotSupported",
     "HealthStatus",
+    "HeldDevice",
     "Hook",
+    "Inotify",
+    "InotifyEvents",
+    "InotifyUnavailableError",
     "Mount",
     "NetworkData",
     "PartialPrepareError",
     "PermanentError",
     "PreparedDevice",
     "PublisherSettings",
+    "QuantityError",
     "QuantityRange",
     "RequestPolicy",
     "Settings",
     "TaintEffect",
     "TemporaryError",
     "Version",
+    "YamlConfigError",
     "atomic_write",
+    "dns_label_problem",
+    "format_quantity",
+    "parse_quantity",
+    "parse_yaml_config",
+    "qualified_name_problem",
     "run",
 ]
 

@@ -1,41 +1,36 @@
 """Linux inotify through ctypes: a non-blocking descriptor, watches, and its events.
 
 Used where dralet waits on a directory: ``dralet conformance`` (how spec files appear
-in a CDI dir) and the hostdev driver (device nodes appearing and going). The constants
-are those of ``<sys/inotify.h>``.
+in a CDI dir) and the hostdev driver (device nodes appearing and going; a driver reaches
+it as ``dralet.Inotify``). The event bits are those of ``<sys/inotify.h>``.
 """
 
 from __future__ import annotations
 
 import ctypes
+import enum
 import errno
 import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = [
-    "IN_ATTRIB",
-    "IN_CREATE",
-    "IN_DELETE",
-    "IN_DELETE_SELF",
-    "IN_MODIFY",
-    "IN_MOVED_FROM",
-    "IN_MOVED_TO",
-    "IN_MOVE_SELF",
-    "Event",
-    "Inotify",
-    "InotifyUnavailableError",
-]
+__all__ = ["Event", "Inotify", "InotifyEvents", "InotifyUnavailableError"]
 
-IN_MODIFY = 0x002
-IN_ATTRIB = 0x004
-IN_MOVED_FROM = 0x040
-IN_MOVED_TO = 0x080
-IN_CREATE = 0x100
-IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
+
+class InotifyEvents(enum.IntFlag):
+    """The events a watch asks for (``IN_*`` of ``<sys/inotify.h>``)."""
+
+    MODIFY = 0x002
+    ATTRIB = 0x004
+    MOVED_FROM = 0x040
+    MOVED_TO = 0x080
+    CREATE = 0x100
+    DELETE = 0x200
+    DELETE_SELF = 0x400
+    MOVE_SELF = 0x800
+
+
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 _EVENT = struct.Struct("iIII")

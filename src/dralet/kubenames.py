@@ -14,6 +14,7 @@ import re
 __all__ = [
     "ANNOTATIONS_TOTAL_MAX_BYTES",
     "ATTRIBUTE_ID_MAX_LENGTH",
+    "ATTRIBUTE_VALUE_MAX_LENGTH",
     "DNS_LABEL_MAX_LENGTH",
     "DNS_SUBDOMAIN_MAX_LENGTH",
     "DRIVER_NAME_MAX_LENGTH",
@@ -44,6 +45,9 @@ DRIVER_NAME_MAX_LENGTH = 63
 POOL_NAME_MAX_LENGTH = 253
 ATTRIBUTE_ID_MAX_LENGTH = 32
 """``DeviceMaxIDLength``: the part of a qualified name after the domain."""
+ATTRIBUTE_VALUE_MAX_LENGTH = 64
+"""The longest string or version attribute value (k8s.io/api@v0.37.2 resource/v1
+types.go ``DeviceAttributeMaxValueLength``)."""
 
 _DOMAIN_AND_ID = 2
 """A qualified name with a domain has two '/'-separated parts."""

@@ -22,10 +22,10 @@ from dralet.apiserver import ApiServerThread
 from dralet.cli import main
 from dralet.cluster import ControlPlane
 from dralet.node import factory
-from dralet.node.backend import ClaimRef, ClaimUID
+from dralet.node.backend import ClaimBackend, ClaimRef, ClaimUID
 from dralet.node.claims import ClaimEngine
 from dralet.node.config import Settings
-from dralet.node.invoke import AnyBackend, Invoker
+from dralet.node.invoke import Invoker
 from dralet.node.settings import DriverSettings
 
 ACME = "fpga.acme.example.com"
@@ -46,7 +46,7 @@ class AcmeNode:
             cdi_dir=self.root / "cdi",
         )
 
-    def backend(self) -> AnyBackend:
+    def backend(self) -> ClaimBackend:
         """Built the way ``dralet run --driver acme-fpga`` builds it."""
         settings = Settings(driver=self.settings, publish=False)
         settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -54,7 +54,7 @@ class AcmeNode:
         return factory.build("acme-fpga", make, settings, factory.DriverConfig())
 
     def held(self) -> dict[str, str]:
-        """Device → holder, asked of the backend as the driver asks it (either contract)."""
+        """Device → holder, asked of the backend as the driver asks it."""
         in_use = asyncio.run(Invoker(self.backend()).devices_in_use())
         return {device: ",".join(sorted(holders)) for device, holders in in_use.items()}
 

@@ -1,6 +1,7 @@
 """``dralet conformance`` passes against dralet's own example driver, run as a real
 process that registers while conformance watches the registry directory: every case at
-both levels, on 1.32, 1.34, 1.36, 1.37 and 1.38 kubelets, restart cases included."""
+both levels, on 1.32, 1.34, 1.36, 1.37 and 1.38 kubelets, restart cases included (through
+``dralet.testing.check_backend``), and through the ``dralet conformance`` command."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-from dralet import conformance, kube
-from dralet.apiserver import ApiServer
-from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
+from dralet import conformance, testing
+from dralet.cluster import DriverPaths, driver_args
+from dralet.drivers.example import DRIVER_NAME
 
 pytestmark = pytest.mark.e2e
 
@@ -35,50 +36,26 @@ CLI_TIMEOUT = 180.0
     ],
 )
 async def test_every_case_passes_strictly_with_restarts(
-    tmp_path: Path,
+    short_tmp: Path,
     kubernetes: str,
     kubelets: tuple[str, ...],
     services: tuple[tuple[str, str], ...],
 ) -> None:
-    paths = DriverPaths(tmp_path)
-    async with ApiServer(kubernetes_version=kubernetes) as api:
-        ControlPlane(api).add_node()
-        driver = DriverProcess(
-            driver_args(paths, api_url=api.url), log_path=tmp_path / "driver.log"
-        )
-
-        async def restart() -> None:
-            await driver.kill()
-            driver.start()
-
-        settings = conformance.ConformanceSettings(
-            registry_dir=paths.registry_dir,
-            driver_name=paths.driver_name,
-            cdi_dir=paths.cdi_dir,
-            node_name=paths.node_name,
-            kubelet_versions=kubelets,
-            restart=restart,
-            strict=True,
-        )
-        try:
-            async with await kube.connect(url=api.url) as client:
-                factory = conformance.ApiClaimFactory(client, node_name=paths.node_name)
-                async with asyncio.TaskGroup() as group:
-                    suite = group.create_task(conformance.run_suite(settings, claims=factory))
-                    driver.start()  # after conformance began watching the registry dir
-                result = suite.result()
-        finally:
-            await driver.terminate()
-        assert result.failed() == [], (result.to_json(), driver.log())
-        assert {c.status for c in result.cases} == {"pass"}, result.to_json()
-        assert result.services == services
-        for newer in {"1.37", "1.38"} & set(kubelets):
-            service = next(c for c in result.cases if c.label == f"kubelet.service@{newer}")
-            assert service.message == "picks v1.DRAPlugin and v1.DRAResourceHealth"
-            watch = next(c for c in result.cases if c.label == f"kubelet.health-watch@{newer}")
-            assert watch.message == "v1.DRAResourceHealth reports"
-        assert api.list("ResourceClaim") == []
-        assert not list(paths.cdi_dir.glob("*.json"))
+    result = await testing.check_backend_async(
+        "example",
+        driver_name=DRIVER_NAME,
+        kubelet_versions=kubelets,
+        kubernetes_version=kubernetes,
+        process=True,
+        root=short_tmp,
+    )
+    assert {c.status for c in result.cases} == {"pass"}, result.to_json()
+    assert result.services == services
+    for newer in {"1.37", "1.38"} & set(kubelets):
+        service = next(c for c in result.cases if c.label == f"kubelet.service@{newer}")
+        assert service.message == "picks v1.DRAPlugin and v1.DRAResourceHealth"
+        watch = next(c for c in result.cases if c.label == f"kubelet.health-watch@{newer}")
+        assert watch.message == "v1.DRAResourceHealth reports"
 
 
 async def test_command_serves_the_api_and_restarts_the_driver(tmp_path: Path) -> None:

@@ -24,10 +24,12 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from dralet.checkpoint import database
 from dralet.drivers.example import SimulatedGPUs
 from dralet.drivers.hostdev import HostDevices, load_config
 from dralet.drivers.nvidia.backend import NvidiaGpus
 from dralet.drivers.nvidia.nvml import Nvml
+from dralet.node.invoke import held_devices
 from dralet.node.settings import DriverSettings
 from dralet.testing.strict import StrictBackend
 
@@ -71,6 +73,14 @@ class CrashTarget(Protocol):
     def violations(self, root: Path) -> list[str]:
         """Broken promises only this target can see."""
         ...
+
+
+def _told_the_records(backend: Any, settings: DriverSettings) -> Any:
+    """``backend`` told what dralet's records hold now (read without the driver), as the
+    driver tells it at start: where the hardware keeps nothing, that is what it holds."""
+    records = database.read_only_snapshot(settings.store_path, settings.checkpoint_path)
+    backend.restore_held(held_devices(records.checkpoint))
+    return backend
 
 
 def _one_holder(in_use: Mapping[str, str | Collection[str]]) -> dict[str, str]:
@@ -156,14 +166,10 @@ class HostdevTarget:
         return {}
 
     def backend(self, root: Path) -> HostDevices:
-        return HostDevices(
-            load_config(self._config(root).read_text()),
-            store_path=self.settings.store_path,
-            legacy_path=self.settings.checkpoint_path,
-        )
+        return HostDevices(load_config(self._config(root).read_text()))
 
     def in_use(self, root: Path) -> dict[str, str]:
-        return _one_holder(self.backend(root).devices_in_use())
+        return _one_holder(_told_the_records(self.backend(root), self.settings).devices_in_use())
 
     def violations(self, root: Path) -> list[str]:
         broken: list[str] = []
@@ -222,14 +228,11 @@ class NvidiaTarget:
         from tests.nvidia.fakenvml import FakeNvml
 
         return NvidiaGpus(
-            Nvml(FakeNvml()),
-            store_path=self.settings.store_path,
-            legacy_path=self.settings.checkpoint_path,
-            dev_root=self._root(root),
+            Nvml(FakeNvml()), ledger_dir=self.settings.plugin_dir, dev_root=self._root(root)
         )
 
     def in_use(self, root: Path) -> dict[str, str]:
-        return _one_holder(self.backend(root).devices_in_use())
+        return _one_holder(_told_the_records(self.backend(root), self.settings).devices_in_use())
 
     def violations(self, root: Path) -> list[str]:
         return [
@@ -276,8 +279,7 @@ class NvidiaMigTarget(NvidiaTarget):
 
         return NvidiaGpus(
             Nvml(FakeNvml(state_file=self._state(root))),
-            store_path=self.settings.store_path,
-            legacy_path=self.settings.checkpoint_path,
+            ledger_dir=self.settings.plugin_dir,
             dev_root=self._root(root),
             proc_root=self._root(root) / "proc",
             mig_mode="dynamic",

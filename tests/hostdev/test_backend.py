@@ -32,11 +32,7 @@ def _groups(host: FakeHost, extra: str = "") -> str:
 
 
 def _backend(host: FakeHost, settings: dralet.DriverSettings, text: str) -> HostDevices:
-    return HostDevices(
-        load_config(host.config(text)),
-        store_path=settings.store_path,
-        legacy_path=settings.checkpoint_path,
-    )
+    return HostDevices(load_config(host.config(text)))
 
 
 def _claim(name: str, uid: str, *devices: str, configs: Any = None) -> dict[str, Any]:
@@ -143,6 +139,30 @@ async def test_a_device_unplugged_while_held_turns_unhealthy_and_its_claim_stays
         assert (await node.unprepare(claim)).kubelet_error == ""
     assert backend.devices_in_use() == {}
     assert sorted(d.name for d in backend.devices()) == ["dev-x0", "dev-x1"]
+
+
+async def test_a_restarted_driver_learns_from_dralets_records_what_its_claims_hold(
+    host: FakeHost, short_root: Path
+) -> None:
+    host.node("x0", (1, 3))
+    host.node("x1", (1, 5))
+    settings = node_settings(short_root, driver_name=DRIVER)
+    claims = MemoryClaims()
+    claim = claims.add(_claim("a", UID_A, "dev-x0"))
+    async with running_node(
+        settings, _backend(host, settings, _groups(host)), claims=claims
+    ) as node:
+        assert (await node.prepare(claim)).kubelet_error == ""
+    host.unplug("x0")
+    restarted = _backend(host, settings, _groups(host))
+    assert restarted.devices_in_use() == {}, "nothing on the host says what is held"
+    async with running_node(settings, restarted, claims=claims) as node:
+        assert restarted.devices_in_use() == {"dev-x0": UID_A}
+        assert restarted.health()["dev-x0"].status is dralet.HealthStatus.UNHEALTHY
+        assert "dev-x0" in {d.name for d in restarted.devices()}, "still published while held"
+        assert (await node.unprepare(claim)).kubelet_error == ""
+        assert restarted.devices_in_use() == {}
+        assert [d.name for d in restarted.devices()] == ["dev-x1"]
 
 
 def test_after_a_reboot_a_device_is_still_prepared_only_if_its_node_is_the_same(

@@ -48,9 +48,10 @@ def test_defaults_are_stable_names_and_exclusive_devices() -> None:
     ("text", "error"),
     [
         ("groups: [", "f.yaml:1: not YAML"),
-        ("- a\n", "f.yaml:1: expected a mapping with 'groups'"),
+        ("- a\n", "f.yaml:1: expected a mapping"),
         ("groups: []\n", "f.yaml:1: groups: List should have at least 1 item"),
         (GROUP + "    bogus: 1\n", "f.yaml:4: groups.0.bogus: unknown field"),
+        ("groups:\n  - name: a\n", "f.yaml:2: groups.0.match: Field required"),
         (
             "groups:\n  - name: Serial\n    match: {paths: [/dev/x]}\n",
             "f.yaml:2: groups.0.name: 'Serial': must be a DNS label",

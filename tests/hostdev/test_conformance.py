@@ -1,17 +1,15 @@
 """``dralet run --driver hostdev --config FILE`` as a process passes strict ``dralet
 conformance`` on 1.34 and 1.37 kubelets, kill -9 restarts included, over device nodes
-made for the test."""
+made for the test (``dralet.testing.check_backend`` with ``process=True``)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
-from dralet import conformance, kube
-from dralet.apiserver import ApiServer
-from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
+import dralet
+from dralet import testing
 from tests.hostdev.fakehost import FakeHost
 
 pytestmark = pytest.mark.e2e
@@ -31,40 +29,13 @@ async def test_hostdev_passes_strict_conformance_as_a_process(
             "    naming: [path]\n    containerPath: /dev/accel\n"
         )
     )
-    paths = DriverPaths(short_root, driver_name=DRIVER)
-    async with ApiServer(kubernetes_version="1.37") as api:
-        ControlPlane(api, driver_name=DRIVER).add_node()
-        driver = DriverProcess(
-            driver_args(paths, api_url=api.url, driver="hostdev", driver_config=config),
-            log_path=tmp_path / "driver.log",
-            mode="exec",
-        )
-
-        async def restart() -> None:
-            await driver.kill()
-            driver.start()
-
-        settings = conformance.ConformanceSettings(
-            registry_dir=paths.registry_dir,
-            driver_name=DRIVER,
-            cdi_dir=paths.cdi_dir,
-            node_name=paths.node_name,
-            kubelet_versions=("1.34", "1.37"),
-            restart=restart,
-            strict=True,
-        )
-        try:
-            async with await kube.connect(url=api.url) as client:
-                claims = conformance.ApiClaimFactory(client, node_name=paths.node_name)
-                async with asyncio.TaskGroup() as group:
-                    suite = group.create_task(conformance.run_suite(settings, claims=claims))
-                    driver.start()
-                result = suite.result()
-            published = api.list("ResourceSlice")
-        finally:
-            await driver.terminate()
-    assert result.failed() == [], (result.to_json(), driver.log())
+    result = await testing.check_backend_async(
+        "hostdev",
+        driver_name=DRIVER,
+        config=dralet.DriverConfig.read(config),
+        process=True,
+        root=short_root,
+    )
     assert {c.status for c in result.cases} == {"pass"}, result.to_json()
-    devices = sorted(d["name"] for s in published for d in s["spec"].get("devices", ()))
-    assert devices == ["acc-acc0", "acc-acc1", "acc-acc2"]
-    assert not list(paths.cdi_dir.glob("*.json"))
+    assert [kubelet for kubelet, _ in result.services] == ["1.34", "1.37"]
+    assert result.published == ("acc-acc0", "acc-acc1", "acc-acc2")

@@ -45,8 +45,7 @@ async def test_hot_plug_publishes_and_unplug_while_held_taints(
             publishing=dralet.PublisherSettings(resync_period=3600, health_poll_period=0.05),
         )
         backend = HostDevices(
-            load_config(host.config(f"  - name: acc\n    match: {{paths: ['{host.dev}/acc*']}}\n")),
-            store_path=driver_settings.store_path,
+            load_config(host.config(f"  - name: acc\n    match: {{paths: ['{host.dev}/acc*']}}\n"))
         )
 
         def devices() -> dict[str, dict[str, Any]]:

@@ -37,7 +37,7 @@ def short_root() -> Iterator[Path]:
         yield Path(root)
 
 
-def broken_factory(settings: dralet.Settings, config: dralet.DriverConfig) -> dralet.DeviceBackend:
+def broken_factory(settings: dralet.Settings, config: dralet.DriverConfig) -> dralet.ClaimBackend:
     raise RuntimeError("no cards found on the PCI bus")
 
 

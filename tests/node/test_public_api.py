@@ -46,7 +46,6 @@ def test_help_of_run_states_the_author_contract() -> None:
         "backend_call_timeout",
         "plain ``def``",
         "PartialPrepareError",
-        "v1 ``dralet.DeviceBackend``",
         "devices_in_use()",
         "survives_reboot(device, state)",
         "health()",

@@ -43,8 +43,7 @@ def backend(tmp: Path, nvml: FakeNvml | None = None) -> NvidiaGpus:
     settings = node_settings(tmp / "node", driver_name=DRIVER)
     return NvidiaGpus(
         Nvml(nvml or FakeNvml()),
-        store_path=settings.store_path,
-        legacy_path=settings.checkpoint_path,
+        ledger_dir=settings.plugin_dir,
         dev_root=fake_dev(tmp / "host"),
     )
 
@@ -97,8 +96,7 @@ async def test_a_prepared_gpu_gets_its_node_and_the_control_nodes(short_tmp: Pat
     nvml = FakeNvml()
     gpus = NvidiaGpus(
         Nvml(nvml),
-        store_path=settings.store_path,
-        legacy_path=settings.checkpoint_path,
+        ledger_dir=settings.plugin_dir,
         dev_root=fake_dev(short_tmp / "host"),
     )
     claims = MemoryClaims()
@@ -154,6 +152,19 @@ def test_only_the_same_gpu_survives_a_reboot(tmp_path: Path) -> None:
     assert gpus.survives_reboot(device, state)
     nvml.gpus[1].uuid = "GPU-00000000-0000-0000-0000-000000000001"  # a replaced board
     assert not gpus.survives_reboot(device, state)
+
+
+def test_what_dralets_records_hold_is_in_use_until_released(tmp_path: Path) -> None:
+    nvml = FakeNvml()
+    gpus = backend(tmp_path, nvml)
+    assert gpus.devices_in_use() == {}, "a whole GPU keeps no record of its claim"
+    state = {"uuid": nvml.gpus[2].uuid, "minor": 2}
+    gpus.restore_held([dralet.HeldDevice(dralet.ClaimUID("u"), "gpu-2", state)])
+    assert gpus.devices_in_use() == {"gpu-2": "u"}
+    nvml.lose(2)
+    assert gpus.health()["gpu-2"].status is dralet.HealthStatus.UNHEALTHY
+    gpus.release_claim(one_device("gpu-2"), [state])
+    assert gpus.devices_in_use() == {}
 
 
 def test_nvml_is_initialised_only_while_used(tmp_path: Path) -> None:
@@ -257,7 +268,7 @@ def test_with_the_toolkit_spec_a_device_gets_its_id_and_only_env_of_dralets(
     nvml = FakeNvml()
     settings = node_settings(tmp_path / "node", driver_name=DRIVER)
     gpus = NvidiaGpus(
-        Nvml(nvml), store_path=settings.store_path, dev_root=tmp_path, toolkit_cdi=True
+        Nvml(nvml), ledger_dir=settings.plugin_dir, dev_root=tmp_path, toolkit_cdi=True
     )
     allocation = one_device("gpu-4")
     (prepared,) = gpus.prepare_claim(allocation)
@@ -297,7 +308,7 @@ def test_a_prepared_gpu_gets_the_drivers_libraries_from_the_host_root(tmp_path: 
     settings = node_settings(tmp_path / "node", driver_name=DRIVER)
     gpus = NvidiaGpus(
         Nvml(FakeNvml()),
-        store_path=settings.store_path,
+        ledger_dir=settings.plugin_dir,
         dev_root=fake_dev(tmp_path / "host"),
         driver_root=driver_root(tmp_path / "driver-root"),
         host_driver_root=Path("/run/nvidia/driver"),
@@ -326,7 +337,7 @@ def test_without_the_drivers_libraries_a_gpu_gets_no_mounts(tmp_path: Path) -> N
     settings = node_settings(tmp_path / "node", driver_name=DRIVER)
     gpus = NvidiaGpus(
         Nvml(FakeNvml()),
-        store_path=settings.store_path,
+        ledger_dir=settings.plugin_dir,
         dev_root=fake_dev(tmp_path / "host"),
         driver_root=tmp_path / "empty",
     )

@@ -54,8 +54,7 @@ def backend(tmp: Path, nvml: FakeNvml, *, mode: str) -> NvidiaGpus:
     settings = node_settings(tmp / "node", driver_name=DRIVER)
     return NvidiaGpus(
         Nvml(nvml),
-        store_path=settings.store_path,
-        legacy_path=settings.checkpoint_path,
+        ledger_dir=settings.plugin_dir,
         dev_root=tmp / "host",
         proc_root=tmp / "host" / "proc",
         mig_mode=mode,

@@ -17,7 +17,7 @@ from dralet.kube.events import NodeEvents
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import (
     AllocatedDevice,
-    ClaimRef,
+    ClaimAllocation,
     Device,
     DeviceHealth,
     PreparedDevice,
@@ -33,7 +33,7 @@ DEADLINE = 10.0
 
 
 class FakeBackend:
-    """A DeviceBackend whose device list the test sets."""
+    """A ClaimBackend whose device list the test sets."""
 
     def __init__(self, count: int, *, model: str = "A100") -> None:
         self.set(count, model=model)
@@ -56,11 +56,11 @@ class FakeBackend:
     async def devices(self) -> Sequence[Device]:
         return list(self.listed)
 
-    async def prepare(self, claim: ClaimRef, device: AllocatedDevice) -> PreparedDevice:
+    async def prepare_claim(self, allocation: ClaimAllocation) -> Sequence[PreparedDevice]:
         raise NotImplementedError
 
-    async def release(
-        self, claim: ClaimRef, device: AllocatedDevice, state: Mapping[str, Any]
+    async def release_claim(
+        self, allocation: ClaimAllocation, states: Sequence[Mapping[str, Any]]
     ) -> None:
         raise NotImplementedError
 

@@ -15,7 +15,14 @@ from dralet import failpoints
 from dralet.checkpoint.model import Checkpoint, ClaimRecord
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node import audit
-from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID, PreparedDevice
+from dralet.node.backend import (
+    AllocatedDevice,
+    ClaimAllocation,
+    ClaimRef,
+    ClaimUID,
+    PartialPrepareError,
+    PreparedDevice,
+)
 from dralet.node.claims import ClaimEngine, PrepareOutcome
 from dralet.node.settings import DriverSettings
 from dralet.testing.claims import DRIVER, NODE, MemoryClaims, allocated_claim
@@ -158,6 +165,24 @@ class GatedBackend:
 
     async def devices(self) -> Any:
         return await self.inner.devices()
+
+    async def prepare_claim(self, allocation: ClaimAllocation) -> list[PreparedDevice]:
+        """``prepare`` of each device; a failure after the first is partial."""
+        prepared: list[PreparedDevice | None] = [None] * len(allocation.devices)
+        for index, device in enumerate(allocation.devices):
+            try:
+                prepared[index] = await self.prepare(allocation.claim, device)
+            except Exception as exc:
+                if index == 0:
+                    raise
+                raise PartialPrepareError(exc, prepared) from exc
+        return [p for p in prepared if p is not None]
+
+    async def release_claim(
+        self, allocation: ClaimAllocation, states: Sequence[Mapping[str, Any]]
+    ) -> None:
+        for device, state in zip(allocation.devices, states, strict=True):
+            await self.release(allocation.claim, device, state)
 
     async def prepare(self, claim: ClaimRef, device: AllocatedDevice) -> PreparedDevice:
         self.events.append(f"prepare-start {claim.name} {device.device}")

@@ -1,5 +1,5 @@
-"""Acme FPGAs through dralet's façade: the factory reads its config, and the driver run
-in-process passes every ``dralet conformance`` case, restarts included."""
+"""Acme FPGAs through dralet's façade: the factory reads its config, and the driver passes
+every ``dralet conformance`` case, restarts included (``dralet.testing.check_backend``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ import pytest
 from acme_fpga import DRIVER_NAME, AcmeFPGAs, factory
 
 import dralet
-from dralet import conformance, kube
-from dralet.apiserver import ApiServer
-from dralet.cluster import ControlPlane
+from dralet import testing
 
 NODE = "node-a"
 
@@ -57,37 +55,12 @@ def test_factory_refuses_a_bad_config(root: Path, text: str, message: str) -> No
         factory(settings, dralet.DriverConfig(text=text))
 
 
-async def test_passes_conformance_through_the_facade(root: Path) -> None:
-    async with ApiServer() as api:
-        ControlPlane(api, driver_name=DRIVER_NAME, node_name=NODE).add_node()
-        settings = settings_on(root, dralet.ApiSettings(url=api.url))
-        driver = dralet.Driver(AcmeFPGAs(state_dir=settings.state_dir, count=2), settings)
-
-        async def restart() -> None:
-            nonlocal driver
-            await driver.stop()
-            driver = dralet.Driver(AcmeFPGAs(state_dir=settings.state_dir, count=2), settings)
-            await driver.start()
-
-        suite = conformance.ConformanceSettings(
-            registration_socket=settings.driver.registration_socket,
-            driver_name=DRIVER_NAME,
-            cdi_dir=settings.driver.cdi_dir,
-            node_name=NODE,
-            kubelet_versions=("1.37",),
-            restart=restart,
-            strict=True,
-        )
-        await driver.start()
-        try:
-            async with await kube.connect(url=api.url) as client:
-                claims = conformance.ApiClaimFactory(client, node_name=NODE)
-                result = await conformance.run_suite(suite, claims=claims)
-        finally:
-            await driver.stop()
-    assert result.failed() == [], result.to_json()
+def test_passes_conformance_restarts_included() -> None:
+    result = testing.check_backend(
+        factory, driver_name=DRIVER_NAME, config=dralet.DriverConfig(text="devices: 2\n")
+    )
     assert {case.status for case in result.cases} == {"pass"}
-    assert not list(settings.driver.cdi_dir.glob("*.json"))
+    assert any(case.name.startswith("restart.") for case in result.cases)
 
 
 def _allocation(*configs: dralet.DeviceConfig, devices: int = 1) -> dralet.ClaimAllocation:

@@ -40,9 +40,9 @@ from dralet.cli import exits, options
 from dralet.drivers import example
 from dralet.kube import access
 from dralet.node import audit, factory
+from dralet.node.backend import ClaimBackend
 from dralet.node.claims import ClaimEngine, RecoveryReport
 from dralet.node.config import Settings
-from dralet.node.invoke import AnyBackend
 from dralet.node.settings import KUBELET_PLUGINS_DIR, DriverSettings
 
 __all__ = ["ApiClaims", "AuditResult", "command", "render_table", "wrap_prose"]
@@ -74,7 +74,7 @@ class BackendChoice:
     name: str
     """What ``--driver`` named: an entry point or ``package.module:factory``."""
     state_dir: Path
-    backend: AnyBackend
+    backend: ClaimBackend
 
 
 def build_backend(
@@ -226,7 +226,7 @@ async def _api_client(api: access.ApiAccess | None) -> AsyncIterator[Any]:
 async def _snapshot(
     settings: DriverSettings,
     *,
-    backend: AnyBackend | None,
+    backend: ClaimBackend | None,
     lister: ApiClaims | None,
 ) -> tuple[audit.NodeSnapshot, tuple[audit.Finding, ...]]:
     snapshot = await audit.take_snapshot(settings, backend=backend, claims=lister)

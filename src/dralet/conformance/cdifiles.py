@@ -23,8 +23,8 @@ SPEC_SUFFIXES = (".json", ".yaml", ".yml")
 # writer that keeps its temp file open (and locked) until it is in place closes it under
 # the final name. (A file created empty and never written is no half-written read; the
 # validity check reports it.)
-IN_PLACE = inotify.IN_MODIFY
-APPEARED = inotify.IN_CREATE | inotify.IN_MOVED_TO
+IN_PLACE = inotify.InotifyEvents.MODIFY
+APPEARED = inotify.InotifyEvents.CREATE | inotify.InotifyEvents.MOVED_TO
 
 
 def _load(path: Path) -> Any:

@@ -40,6 +40,11 @@ class SuiteResult:
     """(kubelet version, DRA service it used) for each kubelet the cases ran for."""
     strict: bool = False
     """Whether SHOULD failures fail the suite too."""
+    devices: tuple[str, ...] = ()
+    """The devices the cases allocated."""
+    published: tuple[str, ...] = ()
+    """The devices of the driver's first ResourceSlice with devices for the node (empty
+    when the devices to allocate were given)."""
 
     def counts(self, c: CaseResult) -> bool:
         return c.status == "fail" and (self.strict or c.level == "MUST")

@@ -166,6 +166,7 @@ class Run:
         self.driver = settings.driver_name
         self.pool = settings.pool or settings.node_name
         self.devices: tuple[str, ...] = settings.devices
+        self.published: tuple[str, ...] = ()
         self.found: Discovered | None = None
         self.kubelet = ""
         self.plugin: emulator.PluginConnection | None = None
@@ -252,6 +253,7 @@ class Run:
         while True:
             published = await self.factory.published(self.driver, self.settings.node_name)
             if published is not None:
+                self.published = published.devices
                 self.devices = published.devices[:2]
                 self.pool = self.settings.pool or published.pool or self.pool
                 return
@@ -366,4 +368,6 @@ async def run_suite(settings: ConformanceSettings, *, claims: ClaimFactory) -> S
         endpoint=found.info.endpoint,
         services=tuple(services),
         strict=settings.strict,
+        devices=run.devices,
+        published=run.published,
     )

@@ -56,7 +56,7 @@ MAX_BINDING_CONDITIONS = 4
 TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute", "None"})
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 """Attributes plus capacities one device may have."""
-MAX_VALUE_LENGTH = 64
+MAX_VALUE_LENGTH = kubenames.ATTRIBUTE_VALUE_MAX_LENGTH
 """Longest string or version attribute value."""
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

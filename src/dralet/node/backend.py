@@ -1,4 +1,4 @@
-"""The backend protocols a driver implements, and the values they trade in.
+"""The backend protocol a driver implements, and the values it trades in.
 
 A backend knows hardware and nothing else: it lists its devices, prepares a claim's
 devices (returning the container edits that give a container access), and releases them.
@@ -6,12 +6,10 @@ The framework owns everything around that: ordering, the checkpoint, CDI files, 
 recovery, the kubelet protocol. Every backend method must be idempotent: the framework
 may call ``prepare_claim`` or ``release_claim`` again for the same claim after a crash.
 
-``ClaimBackend`` (contract v2) is claim-level, like the Go helper's
-``DRAPlugin.PrepareResourceClaims`` (k8s.io/dynamic-resource-allocation/kubeletplugin):
-one call sees all of a claim's devices for this driver and its opaque configs in
-precedence order. Its methods may be plain ``def`` (run in a thread pool) or ``async
-def``. ``DeviceBackend`` (v1, per device, async only) still works: the framework adapts
-it (``dralet.node.invoke``).
+``ClaimBackend`` is claim-level, like the Go helper's ``DRAPlugin.PrepareResourceClaims``
+(k8s.io/dynamic-resource-allocation/kubeletplugin): one call sees all of a claim's
+devices for this driver and its opaque configs in precedence order. Its methods may be
+plain ``def`` (run in a thread pool) or ``async def`` (``dralet.node.invoke`` calls them).
 """
 
 from __future__ import annotations
@@ -32,13 +30,13 @@ __all__ = [
     "ClaimRef",
     "ClaimUID",
     "Device",
-    "DeviceBackend",
     "DeviceConfig",
     "DeviceHealth",
     "DeviceMetadata",
     "DeviceStatus",
     "HealthNotSupported",
     "HealthStatus",
+    "HeldDevice",
     "NetworkData",
     "PartialPrepareError",
     "PreparedDevice",
@@ -111,7 +109,7 @@ class AllocatedDevice:
 
     @property
     def config(self) -> tuple[Mapping[str, Any], ...]:
-        """The ``parameters`` of ``configs``, in precedence order (the v1 view)."""
+        """The ``parameters`` of ``configs``, in precedence order."""
         return tuple(c.parameters for c in self.configs)
 
 
@@ -232,13 +230,30 @@ class DeviceHealth:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class HeldDevice:
+    """A device dralet's claim records hold for a claim, with the state ``prepare_claim``
+    returned for it (empty while its prepare has not returned)."""
+
+    claim: ClaimUID
+    device: str
+    state: Mapping[str, Any] = field(default_factory=dict)
+
+
 @runtime_checkable
 class ClaimBackend(Protocol):
-    """What a driver author implements (contract v2).
+    """What a driver author implements.
 
     Every method may be ``def`` (run in a thread pool) or ``async def``; each call is
     bounded by ``DriverSettings.backend_call_timeout`` (a call that exceeds it fails the
     claim with a retryable error and is rolled back like any failed prepare).
+
+    Optionally, ``restore_held(held: Sequence[HeldDevice])``: every device dralet's claim
+    records hold, told once the records are read at start (and by ``dralet audit``),
+    before anything asks ``devices_in_use``. A backend that changes nothing on the host
+    (it only hands device nodes to containers) has no record of its own of what is held:
+    it takes this as its starting point and follows its own ``prepare_claim`` and
+    ``release_claim`` calls from there.
     """
 
     def devices(self) -> MaybeAwaitable[Sequence[Device]]:
@@ -278,35 +293,4 @@ class ClaimBackend(Protocol):
     def health(self) -> MaybeAwaitable[Mapping[str, DeviceHealth]]:
         """Device name → current health (devices left out are UNKNOWN); raise
         ``HealthNotSupported`` if this backend does not report health."""
-        ...
-
-
-@runtime_checkable
-class DeviceBackend(Protocol):
-    """Contract v1 (per device, async only); still accepted, adapted to ``ClaimBackend``."""
-
-    async def devices(self) -> Sequence[Device]:
-        """Every device this node offers, in a stable order."""
-        ...
-
-    async def prepare(self, claim: ClaimRef, device: AllocatedDevice) -> PreparedDevice:
-        """Make ``device`` usable for ``claim``; the same call again returns the same result."""
-        ...
-
-    async def release(
-        self, claim: ClaimRef, device: AllocatedDevice, state: Mapping[str, Any]
-    ) -> None:
-        """Undo ``prepare``; releasing a device that is not held by ``claim`` is a success."""
-        ...
-
-    async def devices_in_use(self) -> Mapping[str, str]:
-        """Device name → claim UID for every device the hardware says is in use."""
-        ...
-
-    async def survives_reboot(self, device: AllocatedDevice, state: Mapping[str, Any]) -> bool:
-        """Whether a device prepared before a reboot is still prepared after it."""
-        ...
-
-    async def health(self) -> Mapping[str, DeviceHealth]:
-        """Device name → current health (devices left out are UNKNOWN)."""
         ...

@@ -45,7 +45,7 @@ log = logging.getLogger("dralet.run")
 class Driver:
     """A DRA driver on this node: ``backend`` served to the kubelet as ``settings`` say.
 
-    ``backend`` is a ``ClaimBackend`` (or a v1 ``DeviceBackend``), or the name of an
+    ``backend`` is a ``ClaimBackend``, or the name of an
     installed driver (an entry point of the ``dralet.drivers`` group) or
     ``package.module:factory``; a named driver is looked up now (``DriverLoadError`` if
     unknown) and built by its factory with ``settings`` and ``config`` once the
@@ -290,9 +290,9 @@ def run(
     ``ApiAccessError``, ``DriverLoadError``, ``DirectoryError`` or ``DriverStartError``
     (one line each) when the driver cannot start; returns after the staged shutdown.
 
-    **The backend** (``dralet.ClaimBackend``, contract v2; each method a plain ``def``,
-    run in a thread pool, or an ``async def``; each idempotent because dralet calls them
-    again after a crash; each call bounded by ``DriverSettings.backend_call_timeout``)::
+    **The backend** (``dralet.ClaimBackend``; each method a plain ``def``, run in a thread
+    pool, or an ``async def``; each idempotent because dralet calls them again after a
+    crash; each call bounded by ``DriverSettings.backend_call_timeout``)::
 
         devices() -> Sequence[Device]                  # this node's devices, stable order
         prepare_claim(allocation) -> Sequence[PreparedDevice]   # one per device, in order
@@ -326,17 +326,18 @@ def run(
     ``ClaimRef``, a request name and device name -> ``DeviceMetadata``), for a driver that
     learns a device's metadata only after prepare, such as a pod's IP address: the
     request's metadata file is rewritten atomically and its generation bumped.
+    Optionally, ``restore_held(held)``: called at start, once dralet's claim records are
+    read, with every device they hold (``HeldDevice``: claim UID, device, the state
+    prepare returned), for a backend that keeps no record of its own of what is held.
 
     ``health()`` may raise ``HealthNotSupported``: the driver then advertises no health
     service, and each kubelet release leaves it alone without logging errors.
 
-    A v1 ``dralet.DeviceBackend`` (async ``prepare(claim, device)`` and ``release(claim,
-    device, state)`` per device, ``devices_in_use`` device -> one UID) still works:
-    dralet calls it device by device. Raise ``TemporaryError(delay=...)`` to be
-    retried within the kubelet's deadline, ``PermanentError`` or ``ClaimError`` to fail
-    that claim (rolled back, other claims go on); anything else is logged as a bug and
-    fails the claim. Keep durable records in ``settings.state_dir`` and write them with
-    ``dralet.atomic_write``; guard shared hardware state with ``dralet.FileLock``.
+    Raise ``TemporaryError(delay=...)`` to be retried within the kubelet's deadline,
+    ``PermanentError`` or ``ClaimError`` to fail that claim (rolled back, other claims go
+    on); anything else is logged as a bug and fails the claim. Keep durable records in
+    ``settings.state_dir`` and write them with ``dralet.atomic_write``; guard shared
+    hardware state with ``dralet.FileLock``.
 
     dralet owns the rest: registration with the kubelet, the DRA gRPC services (v1 and
     v1beta1) and the health services, the crash-safe checkpoint, per-claim CDI spec files

@@ -8,7 +8,7 @@
 
 The callable is a ``BackendFactory``: it gets the driver's ``Settings`` and its
 ``DriverConfig`` (the ``--driver-config`` file and the ``--driver-option`` pairs) and
-returns the backend (a ``ClaimBackend``, or a v1 ``DeviceBackend``). It is called once
+returns the backend (a ``ClaimBackend``). It is called once
 the directories are checked, before any socket exists; whatever it raises stops the
 driver with one line naming it.
 """
@@ -25,8 +25,8 @@ from typing import Any, Protocol
 import yaml
 
 from dralet import errors
+from dralet.node.backend import ClaimBackend
 from dralet.node.config import Settings
-from dralet.node.invoke import AnyBackend
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -51,15 +51,6 @@ BACKEND_METHODS = (
     "health",
 )
 """What a factory's result must have to be used as a ``ClaimBackend``."""
-V1_BACKEND_METHODS = (
-    "devices",
-    "prepare",
-    "release",
-    "devices_in_use",
-    "survives_reboot",
-    "health",
-)
-"""What it must have to be used as a v1 ``DeviceBackend`` instead."""
 
 
 class DriverLoadError(errors.InvalidRequestError):
@@ -126,7 +117,7 @@ class DriverConfig:
 class BackendFactory(Protocol):
     """Builds a driver's backend from the driver's settings and its own configuration."""
 
-    def __call__(self, settings: Settings, config: DriverConfig) -> AnyBackend: ...
+    def __call__(self, settings: Settings, config: DriverConfig) -> ClaimBackend: ...
 
 
 def available() -> dict[str, str]:
@@ -170,7 +161,7 @@ def find(name: str) -> tuple[str, BackendFactory]:
 
 def build(
     name: str, factory: BackendFactory, settings: Settings, config: DriverConfig
-) -> AnyBackend:
+) -> ClaimBackend:
     """Call ``factory``; whatever goes wrong is one ``DriverStartError`` naming ``name``."""
     try:
         backend = factory(settings, config)
@@ -181,7 +172,7 @@ def build(
             f"driver {name!r} could not start: {type(exc).__name__}: {exc}"
         ) from exc
     missing = [m for m in BACKEND_METHODS if not callable(getattr(backend, m, None))]
-    if missing and not all(callable(getattr(backend, m, None)) for m in V1_BACKEND_METHODS):
+    if missing:
         raise DriverStartError(
             f"driver {name!r} returned {type(backend).__name__}, not a ClaimBackend "
             f"(missing: {', '.join(missing)})"

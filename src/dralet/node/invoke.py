@@ -1,7 +1,7 @@
-"""How the framework calls a backend: v1 adapted to v2, sync methods in threads, timeouts.
+"""How the framework calls a backend: sync methods in threads, timeouts, failpoints.
 
 ``Invoker`` is the one object the engine, publisher and health service call. It takes a
-``ClaimBackend`` (v2) or a ``DeviceBackend`` (v1) and offers the v2 methods, all async:
+``ClaimBackend`` and offers its methods, all async:
 
 - a plain ``def`` method runs in the default thread pool; an ``async def`` one is awaited;
 - every call is bounded by ``timeout`` seconds: an async call is cancelled, a blocking one
@@ -9,11 +9,10 @@
   is rolled back and the kubelet retries). While an abandoned call for a claim still runs,
   every further call for that claim is refused with a ``TemporaryError``: a release never
   runs beside the prepare it undoes, and the rollback is finished by a later call;
-- every ``prepare``/``release`` call is between two failpoints (the crash suite kills the
-  driver at each): once per claim for v2, once per device for v1;
-- a v1 backend's ``prepare``/``release`` are called device by device; a failure after
-  some devices were prepared is a ``PartialPrepareError`` carrying their results;
-- ``devices_in_use`` is normalized to device → frozenset of claim UIDs.
+- every ``prepare_claim``/``release_claim`` call is between two failpoints (the crash
+  suite kills the driver at each);
+- ``devices_in_use`` is normalized to device → frozenset of claim UIDs;
+- ``restore_held`` tells a backend that has that method what the claim records hold.
 """
 
 from __future__ import annotations
@@ -27,19 +26,20 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
 from dralet import errors, failpoints
+from dralet.checkpoint.model import PREPARED_STATE_KEY, Checkpoint
 from dralet.node import devices as node_devices
 from dralet.node.backend import (
     AllocatedDevice,
     ClaimAllocation,
     ClaimBackend,
+    ClaimUID,
     Device,
-    DeviceBackend,
     DeviceHealth,
-    PartialPrepareError,
+    HeldDevice,
     PreparedDevice,
 )
 
-__all__ = ["AnyBackend", "BackendTimeoutError", "Invoker", "is_claim_backend", "normalize"]
+__all__ = ["AnyBackend", "BackendTimeoutError", "Invoker", "held_devices", "normalize"]
 
 FP_BACKEND_PREPARE_BEFORE = "backend.prepare.before"
 FP_BACKEND_PREPARE_AFTER = "backend.prepare.after"
@@ -52,29 +52,24 @@ failpoints.declare(
     FP_BACKEND_RELEASE_AFTER,
 )
 
-AnyBackend = ClaimBackend | DeviceBackend
-"""What ``dralet.run`` accepts: a v2 ``ClaimBackend`` or a v1 ``DeviceBackend``."""
+AnyBackend = ClaimBackend
+"""The old name of ``ClaimBackend``, kept only until its last users in ``dralet.node`` say
+``ClaimBackend``."""
 
 
 class BackendTimeoutError(errors.TemporaryError):
     """A backend call did not return within its timeout; what it did is not known."""
 
 
-def is_claim_backend(backend: object) -> bool:
-    """Whether ``backend`` speaks contract v2 (it has ``prepare_claim``)."""
-    return callable(getattr(backend, "prepare_claim", None))
-
-
 class Invoker:
-    """A backend of either contract, offered as async v2 methods with timeouts."""
+    """A ``ClaimBackend``, offered as async methods with timeouts."""
 
     def __init__(
-        self, inner: AnyBackend, *, timeout: float | None = None, hit_failpoints: bool = True
+        self, inner: ClaimBackend, *, timeout: float | None = None, hit_failpoints: bool = True
     ) -> None:
         self.inner = inner
         self.hit_failpoints = hit_failpoints
         self.timeout = timeout if timeout else None
-        self.v2 = is_claim_backend(inner)
         self._abandoned: dict[str, asyncio.Future[Any]] = {}
 
     async def _call(self, what: str, uid: str | None, fn: Callable[..., Any], *args: Any) -> Any:
@@ -125,7 +120,7 @@ class Invoker:
     def _timed_out(self, what: str) -> BackendTimeoutError:
         return BackendTimeoutError(f"backend {what} did not return within {self.timeout:g}s")
 
-    # ------------------------------------------------------------------ v2 methods
+    # ------------------------------------------------------------------ the contract
 
     async def devices(self) -> Sequence[Device]:
         return cast(Sequence[Device], await self._call("devices", None, self.inner.devices))
@@ -140,54 +135,31 @@ class Invoker:
 
     async def prepare_claim(self, allocation: ClaimAllocation) -> tuple[PreparedDevice, ...]:
         uid = allocation.claim.uid
-        if self.v2:
-            backend = cast(ClaimBackend, self.inner)
-            self._hit(FP_BACKEND_PREPARE_BEFORE)
-            results = tuple(
-                await self._call("prepare_claim", uid, backend.prepare_claim, allocation)
+        self._hit(FP_BACKEND_PREPARE_BEFORE)
+        results = tuple(
+            await self._call("prepare_claim", uid, self.inner.prepare_claim, allocation)
+        )
+        self._hit(FP_BACKEND_PREPARE_AFTER)
+        if len(results) != len(allocation.devices):
+            raise errors.ClaimError(
+                uid,
+                f"backend prepared {len(results)} devices for the claim's "
+                f"{len(allocation.devices)}",
             )
-            self._hit(FP_BACKEND_PREPARE_AFTER)
-            if len(results) != len(allocation.devices):
-                raise errors.ClaimError(
-                    uid,
-                    f"backend prepared {len(results)} devices for the claim's "
-                    f"{len(allocation.devices)}",
-                )
-            return results
-        v1 = cast(DeviceBackend, self.inner)
-        prepared: list[PreparedDevice | None] = [None] * len(allocation.devices)
-        for index, device in enumerate(allocation.devices):
-            try:
-                self._hit(FP_BACKEND_PREPARE_BEFORE)
-                prepared[index] = await self._call(
-                    "prepare", uid, v1.prepare, allocation.claim, device
-                )
-                self._hit(FP_BACKEND_PREPARE_AFTER)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not any(p is not None for p in prepared):
-                    raise
-                raise PartialPrepareError(exc, prepared) from exc
-        return tuple(cast(list[PreparedDevice], prepared))
+        return results
 
     async def release_claim(
         self, allocation: ClaimAllocation, states: Sequence[Mapping[str, Any]]
     ) -> None:
-        uid = allocation.claim.uid
-        if self.v2:
-            backend = cast(ClaimBackend, self.inner)
-            self._hit(FP_BACKEND_RELEASE_BEFORE)
-            await self._call(
-                "release_claim", uid, backend.release_claim, allocation, [dict(s) for s in states]
-            )
-            self._hit(FP_BACKEND_RELEASE_AFTER)
-            return
-        v1 = cast(DeviceBackend, self.inner)
-        for device, state in zip(allocation.devices, states, strict=True):
-            self._hit(FP_BACKEND_RELEASE_BEFORE)
-            await self._call("release", uid, v1.release, allocation.claim, device, state)
-            self._hit(FP_BACKEND_RELEASE_AFTER)
+        self._hit(FP_BACKEND_RELEASE_BEFORE)
+        await self._call(
+            "release_claim",
+            allocation.claim.uid,
+            self.inner.release_claim,
+            allocation,
+            [dict(s) for s in states],
+        )
+        self._hit(FP_BACKEND_RELEASE_AFTER)
 
     async def devices_in_use(self) -> dict[str, frozenset[str]]:
         raw = cast(
@@ -258,8 +230,28 @@ class Invoker:
     async def health(self) -> Mapping[str, DeviceHealth]:
         return cast(Mapping[str, DeviceHealth], await self._call("health", None, self.inner.health))
 
+    async def restore_held(self, held: Sequence[HeldDevice]) -> None:
+        """Tell the backend what the claim records hold, if it asks (``restore_held``)."""
+        hook = getattr(self.inner, "restore_held", None)
+        if callable(hook):
+            await self._call("restore_held", None, hook, tuple(held))
 
-def normalize(backend: AnyBackend | Invoker, *, timeout: float | None = None) -> Invoker:
+
+def held_devices(records: Checkpoint) -> tuple[HeldDevice, ...]:
+    """Every device a record in a holding state names, with the state prepare returned."""
+    return tuple(
+        HeldDevice(
+            claim=ClaimUID(uid),
+            device=device.device,
+            state=dict(device.backend_state.get(PREPARED_STATE_KEY) or {}),
+        )
+        for uid, record in records.claims.items()
+        if record.holds_devices
+        for device in record.devices
+    )
+
+
+def normalize(backend: ClaimBackend | Invoker, *, timeout: float | None = None) -> Invoker:
     """``backend`` as an ``Invoker`` (itself when it already is one)."""
     if isinstance(backend, Invoker):
         return backend

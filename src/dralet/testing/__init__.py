@@ -1,5 +1,8 @@
 """The test kit for a driver author's own tests.
 
+- ``check_backend`` (``check``): ``dralet conformance`` against the author's backend in one
+  call (``check_backend(factory, driver_name=...)``), restarts included; it returns the
+  suite's result or raises ``ConformanceFailure`` naming every failed case.
 - ``StrictBackend`` (``strict``): a fake backend that fails a test when ``release`` does
   not get back what ``prepare`` returned, alone or around the author's backend.
 - ``MemoryClaims`` and ``allocated_claim`` (``claims``): ResourceClaims in memory, as
@@ -13,17 +16,21 @@ The kubelet emulator (``dralet.kubelet``), the API stand-in (``dralet.apiserver`
 ``dralet conformance`` (``dralet.conformance``) are there for tests that need more.
 """
 
+from dralet.testing.check import ConformanceFailure, check_backend, check_backend_async
 from dralet.testing.claims import MemoryClaims, allocated_claim
 from dralet.testing.memory import MemoryDevices
 from dralet.testing.node import RunningNode, kubelet_claim, node_settings, running_node
 from dralet.testing.strict import StrictBackend
 
 __all__ = [
+    "ConformanceFailure",
     "MemoryClaims",
     "MemoryDevices",
     "RunningNode",
     "StrictBackend",
     "allocated_claim",
+    "check_backend",
+    "check_backend_async",
     "kubelet_claim",
     "node_settings",
     "running_node",

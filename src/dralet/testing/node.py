@@ -25,8 +25,8 @@ from dralet.kubelet import (
     PrepareResult,
     UnprepareResult,
 )
+from dralet.node.backend import ClaimBackend
 from dralet.node.claims.source import ClaimSource
-from dralet.node.invoke import AnyBackend
 from dralet.node.runner import NodeServer
 from dralet.node.settings import DriverSettings
 from dralet.testing.claims import DRIVER, NODE, MemoryClaims
@@ -73,7 +73,7 @@ class RunningNode:
     """A started driver and the kubelet emulator it registered with."""
 
     settings: DriverSettings
-    backend: AnyBackend
+    backend: ClaimBackend
     claims: ClaimSource
     driver: NodeServer
     kubelet: KubeletEmulator
@@ -97,7 +97,7 @@ class RunningNode:
 @contextlib.asynccontextmanager
 async def running_node(
     settings: DriverSettings,
-    backend: AnyBackend,
+    backend: ClaimBackend,
     *,
     claims: ClaimSource | None = None,
     kubelet_version: str = "1.34",

@@ -9,8 +9,7 @@ point, a reboot, or in fail-closed mode. A backend that ignores its state cannot
 when that promise is broken; this one hands out a fresh token with every first prepare
 and checks it.
 
-Use it in a driver's own tests, alone or around a real backend of either contract (a v2
-``ClaimBackend`` or a v1 ``DeviceBackend``)::
+Use it in a driver's own tests, alone or around a real ``ClaimBackend``::
 
     backend = StrictBackend(state_dir=tmp_path / "strict")          # 4 fake devices
     backend = StrictBackend(state_dir=..., inner=MyBackend(...))     # checks MyBackend's calls
@@ -27,6 +26,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +35,15 @@ from dralet.cdi.spec import ContainerEdits
 from dralet.node.backend import (
     AllocatedDevice,
     ClaimAllocation,
+    ClaimBackend,
     Device,
     DeviceConfig,
     DeviceHealth,
+    HeldDevice,
     PartialPrepareError,
     PreparedDevice,
 )
-from dralet.node.invoke import AnyBackend, Invoker
+from dralet.node.invoke import Invoker
 
 __all__ = ["StrictBackend"]
 
@@ -58,7 +60,7 @@ class StrictBackend:
     """A ``ClaimBackend`` that checks the states and configs handed back to ``release_claim``."""
 
     def __init__(
-        self, *, state_dir: Path, inner: AnyBackend | None = None, devices: int = 4
+        self, *, state_dir: Path, inner: ClaimBackend | None = None, devices: int = 4
     ) -> None:
         self.state_dir = state_dir
         self.inner = Invoker(inner, hit_failpoints=False) if inner is not None else None
@@ -219,6 +221,16 @@ class StrictBackend:
                 for name, entry in self._read().items()
                 if not entry.get("released")
             }
+
+    async def restore_held(self, held: Sequence[HeldDevice]) -> None:
+        """Passed on to the inner backend, without the tokens this one adds to states."""
+        if self.inner is not None:
+            await self.inner.restore_held(
+                [
+                    replace(h, state={k: v for k, v in h.state.items() if k != MARK_KEY})
+                    for h in held
+                ]
+            )
 
     async def survives_reboot(self, device: AllocatedDevice, state: Mapping[str, Any]) -> bool:
         """The inner backend's answer (True without one)."""

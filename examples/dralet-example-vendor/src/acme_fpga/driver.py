@@ -1,8 +1,8 @@
 """The Acme FPGA backend and the factory ``dralet run --driver acme-fpga`` calls.
 
-A ``dralet.ClaimBackend`` (contract v2) written with plain ``def`` methods, as a driver
-over a blocking vendor library would be: dralet runs each call in a thread pool, bounded
-by ``backend_call_timeout``.
+A ``dralet.ClaimBackend`` written with plain ``def`` methods, as a driver over a blocking
+vendor library would be: dralet runs each call in a thread pool, bounded by
+``backend_call_timeout``.
 
 The "hardware" is a record of which claim each FPGA is programmed for, kept in the
 state dir dralet gives the driver (``fpgas.json``), so that a restarted driver and

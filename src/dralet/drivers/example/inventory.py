@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import dralet
-from dralet.allocation import quantity
 
 __all__ = ["DeviceName", "Layout"]
 
@@ -46,7 +45,7 @@ class Layout:
             raise ValueError("partitions and shared: expected whole numbers >= 0")
         if self.shared > self.count:
             raise ValueError(f"shared: {self.shared} GPUs, but there are {self.count}")
-        if self.partitions and quantity.parse_quantity(self.memory) % self.partitions:
+        if self.partitions and dralet.parse_quantity(self.memory) % self.partitions:
             raise ValueError(f"{self.memory} of memory does not split into {self.partitions}")
 
     def is_shared(self, gpu: int) -> bool:
@@ -57,11 +56,11 @@ class Layout:
 
     @property
     def partition_memory(self) -> str:
-        share = quantity.parse_quantity(self.memory) / self.partitions
+        share = dralet.parse_quantity(self.memory) / self.partitions
         for suffix, unit in (("Gi", 2**30), ("Mi", 2**20)):
             if share % unit == 0:
                 return f"{share // unit}{suffix}"
-        return quantity.format_quantity(share)
+        return dralet.format_quantity(share)
 
     def parse(self, device: str) -> DeviceName | None:
         """The device's GPU and partition, or None when this node publishes no such device."""

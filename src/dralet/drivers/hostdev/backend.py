@@ -3,10 +3,11 @@
 This backend keeps no state of its own and changes nothing on the host. Preparing a
 device is giving the container its node (CDI ``deviceNodes``: path, type, major/minor,
 file mode, owner; the runtime adds the cgroup device rule) and the group's mounts and
-environment; releasing it is nothing. So ``devices_in_use`` is read from dralet's own
-claim records: the devices of every claim recorded as holding them. The records are
-the only place that knows which container has which node, which is why the framework
-refuses a second claim on an exclusive device until the first is unprepared.
+environment; releasing it is nothing. So ``devices_in_use`` comes from dralet's own
+claim records, told at start and followed through prepares and releases since
+(``dralet.drivers.held``). The records are the only place that knows which container
+has which node, which is why the framework refuses a second claim on an exclusive
+device until the first is unprepared.
 
 A device that disappears while a claim holds it stays published, reported unhealthy
 (and tainted where the cluster serves device taints), and its claim is kept until the
@@ -21,11 +22,10 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import dralet
-from dralet.drivers.heldrecords import HeldRecords, NoHardwareState
+from dralet.drivers.held import HeldDevices, NoHardwareState
 from dralet.drivers.hostdev import nodes
 from dralet.drivers.hostdev.config import HostdevConfig
 from dralet.drivers.hostdev.watch import NodeEvents
@@ -43,17 +43,11 @@ _KNOWN_PARAMETERS = frozenset({"env"})
 
 
 class HostDevices(NoHardwareState):
-    """A ``dralet.ClaimBackend`` over the device nodes ``config`` selects.
+    """A ``dralet.ClaimBackend`` over the device nodes ``config`` selects."""
 
-    ``store_path`` (and ``legacy_path``, an older checkpoint not yet migrated) are
-    dralet's claim records of this driver, read for ``devices_in_use``.
-    """
-
-    def __init__(
-        self, config: HostdevConfig, *, store_path: Path, legacy_path: Path | None = None
-    ) -> None:
+    def __init__(self, config: HostdevConfig) -> None:
         self.config = config
-        self.records = HeldRecords(store_path, legacy_path, driver="hostdev")
+        self.held = HeldDevices()
         self._lock = threading.Lock()
         self._reported: set[str] = set()
         self._watch_task: asyncio.Task[None] | None = None
@@ -77,7 +71,7 @@ class HostDevices(NoHardwareState):
         """The devices found, and any device a claim still holds that has gone."""
         found = self.scan()
         published = [self._device(found[name]) for name in sorted(found)]
-        for name, holders in sorted(self.records.holders().items()):
+        for name, holders in sorted(self.held.holders().items()):
             if name not in found:
                 published.append(_gone_device(name, holders))
         return published
@@ -129,6 +123,7 @@ class HostDevices(NoHardwareState):
                 )
             container_paths[path] = allocated.device
             prepared.append(_prepared(device, path, env))
+        self.held.prepared(allocation, prepared)
         return prepared
 
     def survives_reboot(self, device: dralet.AllocatedDevice, state: Mapping[str, Any]) -> bool:
@@ -138,7 +133,7 @@ class HostDevices(NoHardwareState):
     def health(self) -> dict[str, dralet.DeviceHealth]:
         """Healthy while present; a held device whose node went (or changed) is not."""
         health = {name: dralet.DeviceHealth(dralet.HealthStatus.HEALTHY) for name in self.scan()}
-        for name, holders in self.records.holders().items():
+        for name, holders in self.held.holders().items():
             for uid, state in holders:
                 if state and not _still_there(state):
                     path = (state.get("node") or {}).get("path", "?")

@@ -20,17 +20,13 @@ the container gets (the node at a path of its choice, mounts, environment)::
 
 from __future__ import annotations
 
-import io
 import re
-from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dralet import kubenames
-from dralet.kube import slices
+import dralet
 
 __all__ = [
     "DEFAULT_NAMING",
@@ -163,7 +159,7 @@ class Group(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, name: str) -> str:
-        problem = kubenames.dns_label_problem(name)
+        problem = dralet.dns_label_problem(name)
         if problem:
             raise ValueError(f"{name!r}: {problem}")
         if len(name) > GROUP_NAME_MAX_LENGTH:
@@ -215,11 +211,11 @@ class Group(_Model):
     @classmethod
     def _attribute_names(cls, attributes: dict[str, AttributeSpec]) -> dict[str, AttributeSpec]:
         for name, value in attributes.items():
-            problem = kubenames.qualified_name_problem(name, single_slash=True)
+            problem = dralet.qualified_name_problem(name, single_slash=True)
             if problem:
                 raise ValueError(f"attribute {name!r}: {problem}")
-            if isinstance(value, str) and len(value) > slices.MAX_VALUE_LENGTH:
-                limit = slices.MAX_VALUE_LENGTH
+            if isinstance(value, str) and len(value) > dralet.ATTRIBUTE_VALUE_MAX_LENGTH:
+                limit = dralet.ATTRIBUTE_VALUE_MAX_LENGTH
                 raise ValueError(f"attribute {name!r}: at most {limit} characters")
         return attributes
 
@@ -229,13 +225,16 @@ class Group(_Model):
         cls, capacity: dict[str, str | int | AttributeSource]
     ) -> dict[str, str | int | AttributeSource]:
         for name, value in capacity.items():
-            problem = kubenames.qualified_name_problem(name, single_slash=True)
+            problem = dralet.qualified_name_problem(name, single_slash=True)
             if problem:
                 raise ValueError(f"capacity {name!r}: {problem}")
             if not isinstance(value, AttributeSource):
-                problems = slices.quantity_problems(name, str(value))
-                if problems:
-                    raise ValueError("; ".join(problems))
+                try:
+                    dralet.parse_quantity(str(value))
+                except dralet.QuantityError:
+                    raise ValueError(
+                        f"capacity {name!r}: {value!r} is not a Kubernetes quantity"
+                    ) from None
         return capacity
 
     @field_validator("env")
@@ -283,45 +282,7 @@ def _check_relative(path: str, *, what: str) -> None:
 
 def load_config(text: str, source: str = "<config>") -> HostdevConfig:
     """The configuration in ``text`` (YAML); ``ConfigError`` naming ``source`` and the line."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
-
-    from dralet.validation.documents import locate, to_plain
-
     try:
-        root = YAML(typ="rt").load(io.StringIO(text))
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{source}{line}: not YAML: {problem}") from None
-    if not isinstance(root, Mapping):
-        raise ConfigError(f"{source}:1: expected a mapping with 'groups'")
-    try:
-        return HostdevConfig.model_validate(to_plain(root))
-    except pydantic.ValidationError as exc:
-        found = exc.errors()
-        # Of a union's failed members, the one whose shape the input had says the most.
-        telling = [e for e in found if not str(e["type"]).endswith(("_type", "_parsing"))]
-        first = (telling or found)[0]
-        where = _path_in_file(first["loc"])
-        position = locate(root, where)
-        field = ".".join(str(step) for step in where) or "(top)"
-        message = str(first["msg"]).removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            message = "unknown field"
-        more = len({tuple(_path_in_file(e["loc"])) for e in found} - {tuple(where)})
-        suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-        raise ConfigError(f"{source}:{position.line}: {field}: {message}{suffix}") from None
-
-
-def _path_in_file(loc: Sequence[Any]) -> list[str | int]:
-    """pydantic's error location without the union-member tags it inserts."""
-    steps: list[str | int] = []
-    for step in loc:
-        if isinstance(step, str) and (
-            step in ("str", "int", "bool", "AttributeSource") or step.startswith("function-")
-        ):
-            continue
-        steps.append(step)
-    return steps
+        return dralet.parse_yaml_config(text, HostdevConfig, source=source)
+    except dralet.YamlConfigError as exc:
+        raise ConfigError(str(exc)) from None

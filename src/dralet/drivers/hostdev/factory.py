@@ -25,8 +25,4 @@ def factory(settings: dralet.Settings, config: dralet.DriverConfig) -> HostDevic
         parsed = load_config(config.text, str(config.path))
     except ConfigError as exc:
         raise dralet.DriverLoadError(str(exc)) from None
-    return HostDevices(
-        parsed,
-        store_path=settings.driver.store_path,
-        legacy_path=settings.driver.checkpoint_path,
-    )
+    return HostDevices(parsed)

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from dralet import kubenames
+import dralet
 from dralet.drivers.hostdev.config import AttributeSource, Group, HostdevConfig
-from dralet.node.devices import AttributeValue, Version
 
 __all__ = ["DeviceNode", "Discovery", "FoundDevice", "discover", "stat_node"]
 
@@ -94,7 +93,7 @@ class FoundDevice:
     """The device's own name; ``name`` differs for the slots of a shared device."""
     group: Group
     node: DeviceNode
-    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    attributes: Mapping[str, dralet.AttributeValue] = field(default_factory=dict)
     capacity: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -181,7 +180,7 @@ def _device_name(group: str, stable_id: str) -> str:
     """``<group>-<id>`` as a DNS label; a long id keeps its tail and gains a hash of
     the whole, so two long ids that share a tail stay apart."""
     piece = _label(stable_id)
-    room = kubenames.DNS_LABEL_MAX_LENGTH - len(group) - 1
+    room = dralet.DNS_LABEL_MAX_LENGTH - len(group) - 1
     if len(piece) > room:
         digest = hashlib.sha256(stable_id.encode()).hexdigest()[:_HASH_LENGTH]
         tail = piece[-(room - _HASH_LENGTH - 1) :].strip("-")
@@ -213,7 +212,7 @@ def _value(spec: AttributeSource, probe: _Probe) -> str | None:
     return probe.sysfs_value(spec.sysfs)
 
 
-def _typed(raw: str, spec: AttributeSource) -> AttributeValue:
+def _typed(raw: str, spec: AttributeSource) -> dralet.AttributeValue:
     if spec.type == "int":
         return int(raw, 0)
     if spec.type == "bool":
@@ -224,19 +223,19 @@ def _typed(raw: str, spec: AttributeSource) -> AttributeValue:
             return False
         raise ValueError(f"{raw!r} is not a boolean")
     if spec.type == "version":
-        return Version(raw.removeprefix("v"))
+        return dralet.Version(raw.removeprefix("v"))
     return raw
 
 
-def _attributes(group: Group, probe: _Probe) -> tuple[dict[str, AttributeValue], list[str]]:
+def _attributes(group: Group, probe: _Probe) -> tuple[dict[str, dralet.AttributeValue], list[str]]:
     node = probe.node
-    values: dict[str, AttributeValue] = {
+    values: dict[str, dralet.AttributeValue] = {
         "group": group.name,
         "type": node.type,
         "major": node.major,
         "minor": node.minor,
     }
-    if len(node.path) <= 64:
+    if len(node.path) <= dralet.ATTRIBUTE_VALUE_MAX_LENGTH:
         values["path"] = node.path
     problems: list[str] = []
     for name, spec in group.attributes.items():
@@ -333,5 +332,5 @@ def discover(config: HostdevConfig) -> Discovery:
 def _published_names(group: Group, base: str) -> Sequence[str]:
     if group.share == 1 or group.sharing == "capacity":
         return (base,)
-    width = kubenames.DNS_LABEL_MAX_LENGTH - len(f"-s{group.share - 1}")
+    width = dralet.DNS_LABEL_MAX_LENGTH - len(f"-s{group.share - 1}")
     return tuple(f"{base[:width].rstrip('-')}-s{i}" for i in range(group.share))

@@ -10,20 +10,20 @@ import logging
 import os
 from collections.abc import Sequence
 
-from dralet import inotify
+import dralet
 
 __all__ = ["NodeEvents", "watched_directories"]
 
 log = logging.getLogger(__name__)
 
 MASK = (
-    inotify.IN_CREATE
-    | inotify.IN_DELETE
-    | inotify.IN_MOVED_FROM
-    | inotify.IN_MOVED_TO
-    | inotify.IN_ATTRIB
-    | inotify.IN_DELETE_SELF
-    | inotify.IN_MOVE_SELF
+    dralet.InotifyEvents.CREATE
+    | dralet.InotifyEvents.DELETE
+    | dralet.InotifyEvents.MOVED_FROM
+    | dralet.InotifyEvents.MOVED_TO
+    | dralet.InotifyEvents.ATTRIB
+    | dralet.InotifyEvents.DELETE_SELF
+    | dralet.InotifyEvents.MOVE_SELF
 )
 
 
@@ -47,15 +47,15 @@ class NodeEvents:
 
     def __init__(self, patterns: Sequence[str]) -> None:
         self.patterns = tuple(patterns)
-        self._inotify: inotify.Inotify | None = None
+        self._inotify: dralet.Inotify | None = None
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> bool:
         """Watch from now on (on the running loop); False when only rescans will tell."""
         try:
-            self._inotify = inotify.Inotify()
-        except inotify.InotifyUnavailableError as exc:
+            self._inotify = dralet.Inotify()
+        except dralet.InotifyUnavailableError as exc:
             log.warning("no inotify (%s): device changes are seen by rescans only", exc.strerror)
             return False
         self._add_watches()

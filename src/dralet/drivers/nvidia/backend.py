@@ -13,9 +13,9 @@ control nodes the host has (``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
 ``/dev/nvidia-uvm-tools``, ``/dev/nvidia-modeset``) and, for a MIG device, the
 ``/dev/nvidia-caps`` nodes of its GPU and compute instance, read from
 ``/proc/driver/nvidia/capabilities``. Whole GPUs and existing MIG devices change nothing
-on the host, so releasing them undoes nothing and ``devices_in_use`` is read from
-dralet's own claim records, as for hostdev; MIG devices dralet made are also in its
-ledger.
+on the host, so releasing them undoes nothing and ``devices_in_use`` comes from
+dralet's own claim records, as for hostdev (``dralet.drivers.held``); MIG devices
+dralet made are also in its ledger.
 
 The driver's user-space libraries and ``nvidia-smi`` are mounted from the driver root
 (``dralet.drivers.nvidia.libraries``), or, with ``toolkit_cdi``, come from the NVIDIA
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import dralet
-from dralet.drivers.heldrecords import HeldRecords
+from dralet.drivers.held import HeldDevices
 from dralet.drivers.nvidia import libraries, mig, xids
 from dralet.drivers.nvidia.nvml import Gpu, MigProfile, Nvml, NvmlError
 
@@ -91,14 +91,14 @@ class _Inventory:
 class NvidiaGpus:
     """A ``dralet.ClaimBackend`` over the GPUs of ``nvml``; device nodes under
     ``dev_root`` and capability files under ``proc_root`` (``/`` on a node; the host's
-    root where the driver sees it elsewhere)."""
+    root where the driver sees it elsewhere). ``ledger_dir`` keeps the MIG ledger
+    (``mig.LEDGER_NAME``): the MIG devices dralet made, and for which claim."""
 
     def __init__(
         self,
         nvml: Nvml,
         *,
-        store_path: Path,
-        legacy_path: Path | None = None,
+        ledger_dir: Path,
         dev_root: Path = Path("/"),
         proc_root: Path = Path("/proc"),
         mig_mode: str = "existing",
@@ -120,8 +120,8 @@ class NvidiaGpus:
         self._driver_files: libraries.DriverFiles | None = None
         self._profiles: dict[str, tuple[MigProfile, ...]] = {}
         """GPU UUID → its MIG profiles, read once (they are fixed while MIG is on)."""
-        self.records = HeldRecords(store_path, legacy_path, driver="nvidia")
-        self.ledger = mig.MigLedger(store_path.parent / mig.LEDGER_NAME)
+        self.held = HeldDevices()
+        self.ledger = mig.MigLedger(ledger_dir / mig.LEDGER_NAME)
         self.xids = xids.XidWatch(nvml)
         self._reported = ""
         """The last NVML failure logged (each new one is logged once)."""
@@ -293,6 +293,7 @@ class NvidiaGpus:
                     state=state,
                 )
             )
+        self.held.prepared(allocation, prepared)
         return prepared
 
     # ------------------------------------------------------------------ MIG
@@ -378,6 +379,7 @@ class NvidiaGpus:
     ) -> None:
         """Destroy the MIG devices dralet made for the claim (found by the ledger, so a
         release after a crash that lost the state still finds them); nothing else."""
+        self.held.released(allocation)
         ours = self.ledger.read()
         for allocated in allocation.devices:
             entry = ours.get(allocated.device)
@@ -403,10 +405,14 @@ class NvidiaGpus:
 
     def devices_in_use(self) -> dict[str, str | Collection[str]]:
         """From dralet's claim records, and the MIG devices its ledger says it made."""
-        in_use = self.records.devices_in_use()
+        in_use = self.held.devices_in_use()
         for name, entry in self.ledger.read().items():
             in_use.setdefault(name, str(entry.get("claim")))
         return in_use
+
+    def restore_held(self, held: Sequence[dralet.HeldDevice]) -> None:
+        """What dralet's claim records hold, told at start."""
+        self.held.restore(held)
 
     def survives_reboot(self, device: dralet.AllocatedDevice, state: Mapping[str, Any]) -> bool:
         """Still prepared when the same GPU (UUID) answers to the same device name, and a
@@ -437,7 +443,7 @@ class NvidiaGpus:
                 log.warning("nvidia: GPUs cannot be read: %s", reason)
             return {
                 name: dralet.DeviceHealth(dralet.HealthStatus.UNKNOWN, reason)
-                for name in self.records.holders()
+                for name in self.held.holders()
             }
         self._reported = ""
         present = {name: gpu.uuid for name, gpu in inventory.whole.items()}
@@ -449,7 +455,7 @@ class NvidiaGpus:
             else dralet.DeviceHealth(dralet.HealthStatus.HEALTHY)
             for name, uuid in present.items()
         }
-        for name, holders in self.records.holders().items():
+        for name, holders in self.held.holders().items():
             for _, state in holders:
                 if state and present.get(name) != state.get("uuid"):
                     health[name] = dralet.DeviceHealth(

@@ -91,8 +91,7 @@ def nvidia_gpus(
     try:
         return NvidiaGpus(
             Nvml(library),
-            store_path=settings.driver.store_path,
-            legacy_path=settings.driver.checkpoint_path,
+            ledger_dir=settings.driver.plugin_dir,
             dev_root=roots["devRoot"],
             proc_root=roots["procRoot"],
             mig_mode=mode,

@@ -20,7 +20,7 @@ from dralet.checkpoint import database
 from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import Checkpoint, ClaimRecord
 from dralet.node.claims.devicemetadata import MetadataFiles
-from dralet.node.invoke import AnyBackend, Invoker, normalize
+from dralet.node.invoke import AnyBackend, Invoker, held_devices, normalize
 from dralet.node.settings import DriverSettings
 
 __all__ = ["ClaimLister", "ClaimView", "Mode", "NodeSnapshot", "read_boot_id", "take_snapshot"]
@@ -134,6 +134,10 @@ async def take_snapshot(
         checkpoint, corrupt = records.checkpoint, records.corrupt
     except errors.CheckpointCorruptError as exc:
         checkpoint_error = str(exc)
+    invoker = normalize(backend) if backend is not None else None
+    if invoker is not None and checkpoint is not None:
+        # The backend learns what the records hold before it is asked what is in use.
+        await invoker.restore_held(held_devices(checkpoint))
     return NodeSnapshot(
         driver=settings.driver_name,
         pool=settings.pool_name,
@@ -143,7 +147,7 @@ async def take_snapshot(
         specs=await asyncio.to_thread(
             _read_specs, store, checkpoint.claims if trust_stamps and checkpoint else None
         ),
-        in_use=(await normalize(backend).devices_in_use()) if backend is not None else None,
+        in_use=(await invoker.devices_in_use()) if invoker is not None else None,
         claims=list(await claims.list_claims()) if claims is not None else None,
         boot_id=read_boot_id(settings),
         corrupt=corrupt,
