@@ -9,8 +9,9 @@ The convention every page follows:
   line ``...`` stands for any number of lines. A command that shows no output is not
   checked for any;
 - a command must exit 0, unless the next one is ``echo $?``, which shows its status;
-- ```` ```console skip="why" ```` marks a block that cannot run in a test (a GPU, a
-  cluster), with the reason;
+- ```` ``` { .console skip="why" } ```` marks a block that cannot run in a test (a GPU,
+  a cluster), with the reason (the brace form: the site's Markdown takes options
+  besides a title only in it);
 - a block with a title (```` ```yaml title="gpu.yaml" ````) is a file the commands after
   it read: it is written under that name before they run;
 - shell is never shown in a ``sh``/``bash``/``shell`` block (unless it is a file, with a
