@@ -14,7 +14,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,31 +57,43 @@ def test_the_output_matcher() -> None:
     assert not pages.output_matches(("only",), ["only", "more"])
 
 
+@pytest.fixture
+def work_dir() -> Iterator[Path]:
+    """The page's directory: short, as the unix socket paths of drivers started in it
+    must be (108 bytes at most)."""
+    with tempfile.TemporaryDirectory(prefix="dralet-docs-") as path:
+        yield Path(path)
+
+
 @pytest.mark.timeout(PAGE_TIMEOUT_S + 30)
 @pytest.mark.parametrize(
     "page", RUN_PAGES, ids=[str(p.path.relative_to(pages.DOCS)) for p in RUN_PAGES]
 )
-def test_the_commands_of_the_page(page: pages.Page, tmp_path: Path) -> None:
-    shutil.copytree(pages.ROOT / "deploy", tmp_path / "deploy")
+def test_the_commands_of_the_page(page: pages.Page, work_dir: Path) -> None:
+    shutil.copytree(pages.ROOT / "deploy", work_dir / "deploy")
     path = os.pathsep.join(
         (str(Path(sys.executable).parent), str(Path(helm_binary()).parent), os.environ["PATH"])
     )
     env = {
         **os.environ,
         "PATH": path,
-        "HELM_CONFIG_HOME": str(tmp_path / ".helm" / "config"),
-        "HELM_CACHE_HOME": str(tmp_path / ".helm" / "cache"),
-        "HELM_DATA_HOME": str(tmp_path / ".helm" / "data"),
+        "HELM_CONFIG_HOME": str(work_dir / ".helm" / "config"),
+        "HELM_CACHE_HOME": str(work_dir / ".helm" / "cache"),
+        "HELM_DATA_HOME": str(work_dir / ".helm" / "data"),
     }
-    env.pop("KUBECONFIG", None)
+    # No cluster of this machine's, and tables as wide as the pages show them.
+    for name in ("KUBECONFIG", "COLUMNS", "LINES"):
+        env.pop(name, None)
     ran = 0
     for block in page.blocks:
         if block.title and block.language != "console":
-            (tmp_path / block.title).write_text("\n".join(block.body) + "\n", encoding="utf-8")
+            shown = work_dir / block.title
+            shown.parent.mkdir(parents=True, exist_ok=True)
+            shown.write_text("\n".join(block.body) + "\n", encoding="utf-8")
         if block.language != "console" or block.skip is not None:
             continue
         block_commands = pages.commands(block)
-        results = _run(block_commands, cwd=tmp_path, env=env)
+        results = _run(block_commands, cwd=work_dir, env=env)
         for index, (command, (status, output)) in enumerate(
             zip(block_commands, results, strict=True)
         ):
