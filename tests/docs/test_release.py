@@ -132,6 +132,16 @@ def installed(dist: Path) -> Iterator[Path]:
         yield venv / "bin"
 
 
+_IMPORT_EVERY_MODULE = """
+import importlib, pkgutil, dralet
+for module in pkgutil.walk_packages(dralet.__path__, "dralet."):
+    try:
+        importlib.import_module(module.name)
+    except Exception as error:
+        print(module.name, repr(error))
+"""
+
+
 def _clean_env(bin_dir: Path | None = None) -> dict[str, str]:
     """This environment without anything pointing at the repo or its venv."""
     env = {
@@ -170,6 +180,9 @@ def test_the_installed_wheel_runs_the_demo_validate_and_conformance(
     )
     assert where.startswith(str(installed.parent)), where
     assert _run(installed, "dralet --version", tmp_path).split()[-1] == project_version()
+    # Every module imports from the wheel alone (no file or dependency of the repo's).
+    unimportable = _run(installed, f"python -c '{_IMPORT_EVERY_MODULE}'", tmp_path)
+    assert not unimportable.strip(), unimportable
 
     assert "All 15 checks passed." in _run(installed, "dralet demo", tmp_path)
 
