@@ -88,6 +88,12 @@ def test_the_helm_values_reference_has_every_value(site: Path) -> None:
     assert "&lt;driverName&gt;" in (site / "reference/helm-values/index.html").read_text()
 
 
+def test_the_readme_keeps_its_two_commands() -> None:
+    readme = (pages.ROOT / "README.md").read_text(encoding="utf-8")
+    assert "```sh\nmake demo\n```" in readme
+    assert "```sh\nmake test\n```" in readme
+
+
 def test_the_readme_links_resolve() -> None:
     readme = pages.ROOT / "README.md"
     missing = [
