@@ -6,7 +6,8 @@ The convention every page follows:
 - a command is a line starting with ``$ `` in a ```` ```console ```` block; a line ending
   in ``\\`` goes on with the next one. The lines after it, up to the next command, are
   the output the page shows: compared line by line (trailing blanks aside), where a
-  line ``...`` stands for any number of lines. A command that shows no output is not
+  line ``...`` stands for any number of lines and ``...`` within a line for any text
+  (a UID the API server made, say). A command that shows no output is not
   checked for any;
 - a command must exit 0, unless the next one is ``echo $?``, which shows its status;
 - ```` ``` { .console skip="why" } ```` marks a block that cannot run in a test (a GPU,
@@ -144,6 +145,16 @@ def _trim(lines: list[str]) -> list[str]:
     return lines
 
 
+def _line_matches(shown: str, printed: str) -> bool:
+    if ANY_LINES not in shown:
+        return shown == printed
+    # The blanks beside a wildcard are its own: a UID's column keeps its width on the page.
+    parts = shown.split(ANY_LINES)
+    parts = [parts[0].rstrip(), *(p.strip() for p in parts[1:-1]), parts[-1].lstrip()]
+    pattern = ".*".join(re.escape(part) for part in parts)
+    return re.fullmatch(pattern, printed) is not None
+
+
 def output_matches(expected: tuple[str, ...], actual: list[str]) -> bool:
     """Whether the shown lines match the real ones; ``...`` takes any number of lines."""
     want = [line.rstrip() for line in expected]
@@ -155,6 +166,6 @@ def output_matches(expected: tuple[str, ...], actual: list[str]) -> bool:
             return j == len(got)
         if want[i] == ANY_LINES:
             return any(match(i + 1, k) for k in range(j, len(got) + 1))
-        return j < len(got) and want[i] == got[j] and match(i + 1, j + 1)
+        return j < len(got) and _line_matches(want[i], got[j]) and match(i + 1, j + 1)
 
     return match(0, 0)

@@ -55,6 +55,9 @@ def test_the_output_matcher() -> None:
     assert pages.output_matches(shown, ["first", "a", "b", "last  "])
     assert not pages.output_matches(shown, ["first", "a"])
     assert not pages.output_matches(("only",), ["only", "more"])
+    assert pages.output_matches(("claim ... found",), ["claim 5f0e2a9c found"])
+    assert not pages.output_matches(("claim ... found",), ["claim 5f0e2a9c lost"])
+    assert pages.output_matches(("uid  ...        name",), ["uid  5f0e2a9c  name"])
 
 
 @pytest.fixture
