@@ -68,6 +68,7 @@ def work_dir() -> Iterator[Path]:
         yield Path(path)
 
 
+@pytest.mark.e2e  # pages start drivers, the demo and conformance as processes
 @pytest.mark.timeout(PAGE_TIMEOUT_S + 30)
 @pytest.mark.parametrize(
     "page", RUN_PAGES, ids=[str(p.path.relative_to(pages.DOCS)) for p in RUN_PAGES]
