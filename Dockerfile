@@ -21,6 +21,10 @@ RUN python -m pip wheel --wheel-dir /home/builder/wheels ".[nvidia]"
 
 # ---- runtime: only the installed wheels, no compilers, no pip cache
 FROM ${PYTHON_IMAGE}
+# The package's version (pyproject.toml), as the chart's appVersion; tests/docs compare them.
+ARG DRALET_VERSION=0.1.0
+LABEL org.opencontainers.image.title="dralet" \
+      org.opencontainers.image.version=$DRALET_VERSION
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 RUN --mount=type=bind,from=build,source=/home/builder/wheels,target=/wheels \

@@ -102,5 +102,18 @@ validate-differential: install
 	DRALET_VALIDATE_MUTANTS=$${DRALET_VALIDATE_MUTANTS:-all} $(PY) -m pytest -m k8s -p no:randomly -s \
 		tests/k8s/test_validate_differential.py
 
+# The documentation site from docs/ into site/ (mkdocs.yml); a broken link, anchor or
+# reference fails the build. tests/docs runs every command the pages show.
+.PHONY: docs
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The release: sdist and wheel into dist/, checked as an index would check them.
+.PHONY: dist
+dist: install
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) $(CODEGEN_VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(CODEGEN_VENV) .mypy_cache .ruff_cache .pytest_cache site dist

@@ -1,6 +1,6 @@
-"""What every command shares: the exit-status table in ``--help`` (one source, also in
-the README), kubectl's API flags resolved in kubectl's order, ``--node-name``, and one
-``-o`` choice set."""
+"""What every command shares: the exit-status table in ``--help`` (one source, also on
+the docs' exit-status page), kubectl's API flags resolved in kubectl's order,
+``--node-name``, and one ``-o`` choice set."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dralet.apiserver import ApiServerThread
 from dralet.cli import exits, main
 from dralet.cluster import ControlPlane
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+EXIT_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "exit-codes.md"
 API_COMMANDS = ("run", "audit", "simulate", "conformance")
 NODE_COMMANDS = ("run", "audit", "simulate", "conformance")
 
@@ -56,9 +56,9 @@ def test_a_status_of_its_own_comes_with_its_reason() -> None:
     assert re.search(r"^\s+78\s+a plugin, registry, CDI or state dir is unusable", table, re.M)
 
 
-def test_the_readme_lists_the_table_once() -> None:
-    readme = README.read_text()
-    rows = re.findall(r"^\| `(\d+)` \| (.+?) \|$", readme, re.MULTILINE)
+def test_the_docs_list_the_table_once() -> None:
+    page = EXIT_PAGE.read_text()
+    rows = re.findall(r"^\| `(\d+)` \| (.+?) \|$", page, re.MULTILINE)
     assert [(int(code), text) for code, text in rows] == list(exits.EXIT_TABLE)
 
 

@@ -228,9 +228,9 @@ def test_the_pre_commit_hook_runs_dralet_validate() -> None:
 
 def test_the_rules_table_in_the_docs_lists_every_rule() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "validate.md").read_text(encoding="utf-8")
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    summary = docs.split("\n## ", 1)[0]
     for rule in catalog.RULES.values():
         assert f"| {rule.id} | {rule.severity.value} | {rule.title} |" in docs
     for new_rule in ("DRA005", "DRA006", "DRA023", "DRA024", "DRA108"):
-        assert new_rule in readme
-    assert "-k 1.35" in readme
+        assert new_rule in summary
+    assert "-k 1.35" in summary

@@ -1,4 +1,4 @@
-"""The claim lifecycle table in code, and the README's account of it, agree."""
+"""The claim lifecycle table in code, and the account of it in docs/how-it-works.md, agree."""
 
 from __future__ import annotations
 
@@ -8,18 +8,18 @@ from pathlib import Path
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
 from dralet.node.claims import states
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-it-works.md"
 
 
-def _readme_block() -> list[str]:
-    text = README.read_text()
-    match = re.search(r"### What dralet does for each claim\n\n```\n(.*?)```", text, re.S)
-    assert match, "README lost its 'What dralet does for each claim' section"
+def _docs_block() -> list[str]:
+    text = PAGE.read_text()
+    match = re.search(r"## What dralet does for each claim\n\n```\n(.*?)```", text, re.S)
+    assert match, "docs/how-it-works.md lost its 'What dralet does for each claim' section"
     return match.group(1).rstrip("\n").split("\n")
 
 
-def test_readme_lists_the_steps_in_the_order_of_the_table() -> None:
-    assert _readme_block() == states.lifecycle_lines()
+def test_the_docs_list_the_steps_in_the_order_of_the_table() -> None:
+    assert _docs_block() == states.lifecycle_lines()
 
 
 def test_the_table_is_one_chain_from_none_to_gone() -> None:

@@ -2,7 +2,7 @@
 error that bad input gets (no traceback unless ``--debug``).
 
 The exit-status table lives here alone: every command's ``--help`` epilogue is
-``epilog(...)`` and the README's table is ``EXIT_TABLE``.
+``epilog(...)`` and the site's exit-status page shows ``EXIT_TABLE`` (a test compares them).
 """
 
 from __future__ import annotations

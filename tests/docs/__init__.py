@@ -1,0 +1,1 @@
+"""Tests of the documentation site: its commands run, it builds, its links resolve."""
