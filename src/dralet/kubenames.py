@@ -39,6 +39,8 @@ __all__ = [
 ]
 
 DNS_LABEL_MAX_LENGTH = 63
+"""The longest RFC 1123 label: a Kubernetes name segment, a qualified name's name part
+(k8s.io/apimachinery util/validation ``DNS1123LabelMaxLength``)."""
 DNS_SUBDOMAIN_MAX_LENGTH = 253
 DRIVER_NAME_MAX_LENGTH = 63
 """Driver names follow the CSI driver name rule (``DeviceMaxDomainLength``)."""
