@@ -23,6 +23,10 @@ kubelet sees it, and the finalizer removals drained after it), ``--clients`` con
 clients doing one-claim cycles, and the driver's RSS idle and with the batch prepared.
 
     .venv/bin/python benchmarks/bench_apiserver.py [--cycles 200] [--batch 1000]
+        [--profile OUT]
+
+``--profile OUT`` samples dralet's process with py-spy during the one-claim cycles and
+writes the collapsed stacks to OUT (``py-spy`` must be on PATH or beside the interpreter).
 
 It prints a table; it is not a timed test. Without the control plane's binaries it says
 so and exits 0.
@@ -35,6 +39,7 @@ import asyncio
 import os
 import re
 import shutil
+import signal
 import ssl
 import statistics
 import subprocess
@@ -338,7 +343,12 @@ async def measure_target(
         driver_before = cpu_seconds(pid)
         server_before = sum(cpu_seconds(p) for p in server_pids)
         counts_before = await api.request_counts()
+        profiler = (
+            start_profiler(pid, args.profile) if args.profile and target.prefix == "d" else None
+        )
         samples = [await cycle(plugin, ref) for ref in ones]
+        if profiler is not None:
+            await stop_profiler(profiler)
         await wait_drained(api, target.prefix)
         counts_after = await api.request_counts()
         out.driver_cpu = (cpu_seconds(pid) - driver_before) / len(ones)
@@ -374,6 +384,23 @@ async def measure_target(
         await kubelet.close()
         await stop()
     return out
+
+
+def start_profiler(pid: int, out: str) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``pid`` (its Python frames and the native ones below them) into
+    ``out`` as collapsed stacks, until SIGINT."""
+    beside = Path(sys.executable).parent / "py-spy"
+    binary = str(beside) if beside.is_file() else (shutil.which("py-spy") or "py-spy")
+    return subprocess.Popen(
+        [binary, "record", "--pid", str(pid), "--rate", "500", "--format", "raw",
+         "--output", out, "--nonblocking"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
+    profiler.send_signal(signal.SIGINT)
+    await asyncio.to_thread(profiler.wait, 30)
 
 
 async def wait_drained(api: Api, prefix: str) -> None:
@@ -617,6 +644,7 @@ def main() -> None:
     parser.add_argument("--api-limit", type=int, default=16, help="the floor's batch concurrency")
     parser.add_argument("--release", default="")
     parser.add_argument("--kubelet-version", default="1.37")
+    parser.add_argument("--profile", default="", help="py-spy collapsed stacks of dralet's cycles")
     parser.add_argument("--go-driver", default=os.environ.get(GO_DRIVER_ENV, ""))
     args = parser.parse_args()
     release = (
