@@ -393,7 +393,7 @@ def start_profiler(pid: int, out: str) -> subprocess.Popen[bytes]:
     binary = str(beside) if beside.is_file() else (shutil.which("py-spy") or "py-spy")
     return subprocess.Popen(
         [binary, "record", "--pid", str(pid), "--rate", "500", "--format", "raw",
-         "--output", out, "--nonblocking"],
+         "--output", out, "--gil", *os.environ.get("DRALET_PYSPY_ARGS", "").split()],
         stdout=subprocess.DEVNULL,
     )  # fmt: skip
 

@@ -6,14 +6,15 @@ typed models drop fields they do not know, so a read-modify-write through them w
 erase what a newer server added. ``connect`` builds one from a kubeconfig file, the
 in-cluster service account, or a plain URL (the API stand-in).
 
-Why not the official client's ``ApiClient`` (``call_api`` with raw JSON, as before):
-measured on the one-claim cycle against a real kube-apiserver, its request building
-(``param_serialize``: header and query sanitising, auth settings rebuilt per request,
-the body walked by ``sanitize_for_serialization``) and its response wrapper cost more CPU
-per request than the request itself, and importing it loads the whole generated package
-(every API class and model: about 24 MiB of an idle driver's resident memory). A session
-of aiohttp, which that client runs on anyway, with the auth loaded once, does the same
-requests.
+Why not the official client's ``ApiClient`` (``call_api`` with raw JSON):
+measured by benchmarks/bench_client.py against a real kube-apiserver (a claim GET and two
+strategic-merge PATCHes, sequential), it cost 871 µs of CPU per request against 380 µs
+for this session and 346 µs for a bare aiohttp one: its request building
+(``param_serialize`` sanitises headers, query and body and rebuilds the auth settings per
+request) costs more than the request. Importing it loads the whole generated package
+(every API group, ``kubernetes.dynamic``, ``kubernetes.stream``): 23 MiB of resident
+memory against 2 MiB for this module. aiohttp is what that client runs on anyway; the
+auth it would add per request is loaded once by ``transport``.
 
 Retries are data (``KubeSettings``): connection failures and 429/5xx answers are retried
 after the settings' backoff, or after the server's ``Retry-After`` when it sends one,

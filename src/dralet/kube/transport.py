@@ -2,9 +2,8 @@
 and the ``Authorization`` header, loaded once from an ``access.ApiAccess``.
 
 The client sends requests on plain aiohttp with what this module loads; the official
-client is not imported for the common kinds of access (its package loads every API class
-and model, about 24 MiB of a driver's resident memory, and builds each request through
-generic serialisation). Read here:
+client is not imported for the common kinds of access (why: ``dralet.kube.client``).
+Read here:
 
 - the pod's service account, as client-go's ``rest.InClusterConfig`` does
   (k8s.io/client-go@v0.37.2 rest/config.go): ``https://$KUBERNETES_SERVICE_HOST:
