@@ -25,8 +25,9 @@ clients doing one-claim cycles, and the driver's RSS idle and with the batch pre
     .venv/bin/python benchmarks/bench_apiserver.py [--cycles 200] [--batch 1000]
         [--profile OUT]
 
-``--profile OUT`` samples dralet's process with py-spy during the one-claim cycles and
-writes the collapsed stacks to OUT (``py-spy`` must be on PATH or beside the interpreter).
+``--profile OUT`` samples dralet's process with py-spy during the one-claim cycles (the
+threads holding the GIL: where its Python CPU goes, not where it waits) and writes the
+collapsed stacks to OUT; ``py-spy`` must be on PATH or beside the interpreter.
 
 It prints a table; it is not a timed test. Without the control plane's binaries it says
 so and exits 0.
@@ -387,13 +388,12 @@ async def measure_target(
 
 
 def start_profiler(pid: int, out: str) -> subprocess.Popen[bytes]:
-    """py-spy sampling ``pid`` (its Python frames and the native ones below them) into
-    ``out`` as collapsed stacks, until SIGINT."""
+    """py-spy sampling ``pid`` into ``out`` as collapsed stacks, until SIGINT."""
     beside = Path(sys.executable).parent / "py-spy"
     binary = str(beside) if beside.is_file() else (shutil.which("py-spy") or "py-spy")
     return subprocess.Popen(
         [binary, "record", "--pid", str(pid), "--rate", "500", "--format", "raw",
-         "--output", out, "--gil", *os.environ.get("DRALET_PYSPY_ARGS", "").split()],
+         "--output", out, "--nonblocking", "--gil"],
         stdout=subprocess.DEVNULL,
     )  # fmt: skip
 
@@ -401,6 +401,34 @@ def start_profiler(pid: int, out: str) -> subprocess.Popen[bytes]:
 async def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
     profiler.send_signal(signal.SIGINT)
     await asyncio.to_thread(profiler.wait, 30)
+
+
+FRAME_FILE = re.compile(r"\(([^():]+):\d+\)")
+OUTER = ("dralet/cli/", "dralet/node/driver.py")
+"""Frames every sample passes through: a sample is charged to the innermost other one."""
+
+
+def profile_areas(path: Path, top: int = 15) -> list[tuple[str, float]]:
+    """Shares of the sampled CPU by the innermost dralet module of each stack (or, with
+    none, the library the stack ends in: the event loop, gRPC's, aiohttp's)."""
+    areas: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        files = FRAME_FILE.findall(stack)
+        inner = next(
+            (f for f in reversed(files) if "dralet/" in f and not any(o in f for o in OUTER)),
+            None,
+        )
+        if inner is not None:
+            area = inner.split("dralet/", 1)[1].removesuffix(".py")
+        else:
+            leaf = files[-1] if files else ""
+            area = "(no dralet frame) " + (leaf.split("site-packages/")[-1].split("/")[0] or "?")
+        areas[area] = areas.get(area, 0) + int(count)
+        total += int(count)
+    ranked = sorted(areas.items(), key=lambda item: -item[1])[:top]
+    return [(area, count / total) for area, count in ranked] if total else []
 
 
 async def wait_drained(api: Api, prefix: str) -> None:
@@ -662,6 +690,10 @@ def main() -> None:
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+    if args.profile and Path(args.profile).is_file():
+        print(f"\ndralet's CPU in the one-claim cycles by module (py-spy, {args.profile}):")
+        for area, share in profile_areas(Path(args.profile)):
+            print(f"  {share:6.1%}  {area}")
 
 
 if __name__ == "__main__":
