@@ -85,7 +85,7 @@ async def test_token_file_is_relative_to_its_kubeconfig_and_reread(
         folder / "config",
         current="ctx",
         clusters={"c": {"server": "http://api:6443"}},
-        users={"u": {"tokenFile": "token"}},
+        users={"u": {"tokenFile": "token", "token": "inline"}},  # the file wins
         contexts={"ctx": ("c", "u")},
     )
     now = [0.0]

@@ -10,10 +10,10 @@ Read here:
   $KUBERNETES_SERVICE_PORT``, the CA and token files of the mounted service account, the
   token re-read once a minute as the kubelet rotates it (the period of
   ``NewCachedFileTokenSource``, transport/token_source.go);
-- kubeconfig files, merged as client-go merges them (tools/clientcmd/loader.go: the
-  first file to set a map key or the current context wins; relative paths are resolved
-  against the file that holds them), for a user with a client certificate, a token or a
-  token file.
+- kubeconfig files, merged as client-go merges them (tools/clientcmd/loader.go,
+  ``Load``: the first file to set a map key or the current context wins; relative paths
+  are resolved against the file that holds them), for a user with a client certificate,
+  a token or a token file.
 
 A user that authenticates another way (an ``exec`` credential plugin, an
 ``auth-provider``, a username and password) is loaded by the official client's
@@ -78,12 +78,15 @@ class Transport:
 
 
 class _FileToken:
-    """A bearer token read from a file, re-read after ``TOKEN_REREAD_SECONDS``."""
+    """A bearer token read from a file, re-read after ``TOKEN_REREAD_SECONDS``; while the
+    file cannot be read, the token read before (or ``initial``) is used."""
 
-    def __init__(self, path: Path, *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self, path: Path, *, initial: str = "", clock: Callable[[], float] | None = None
+    ) -> None:
         self.path = path
         self.clock = clock if clock is not None else time.monotonic
-        self._token = ""
+        self._token = initial
         self._read_at: float | None = None
 
     def value(self) -> str:
@@ -92,7 +95,7 @@ class _FileToken:
             try:
                 self._token = self.path.read_text().strip()
             except OSError:
-                if self._read_at is None:
+                if not self._token:
                     raise
                 # A token being rotated in: the one read before is still valid a while.
             self._read_at = now
@@ -263,14 +266,16 @@ def _from_kubeconfig(paths: list[Path], context_name: str | None) -> Transport:
             key_data=_data(user.get("client-key-data")),
             insecure=bool(cluster.get("insecure-skip-tls-verify")),
         )
+    # A token file, re-read, wins over a token once read (k8s.io/client-go@v0.37.2
+    # rest/config.go, ``BearerTokenFile``).
     auth: AuthHeaders = _no_auth
-    if user.get("token"):
-        token = str(user["token"])
-        auth = _bearer(lambda: token)
-    elif user.get("tokenFile"):
-        file_token = _FileToken(Path(_path(user["tokenFile"], user_folder) or ""))
+    token = str(user.get("token") or "")
+    if user.get("tokenFile"):
+        file_token = _FileToken(Path(_path(user["tokenFile"], user_folder) or ""), initial=token)
         file_token.value()
         auth = _bearer(file_token.value)
+    elif token:
+        auth = _bearer(lambda: token)
     server_name = cluster.get("tls-server-name")
     return Transport(
         host,
