@@ -25,9 +25,10 @@ clients doing one-claim cycles, and the driver's RSS idle and with the batch pre
     .venv/bin/python benchmarks/bench_apiserver.py [--cycles 200] [--batch 1000]
         [--profile OUT]
 
-``--profile OUT`` samples dralet's process with py-spy during the one-claim cycles (the
-threads holding the GIL: where its Python CPU goes, not where it waits) and writes the
-collapsed stacks to OUT; ``py-spy`` must be on PATH or beside the interpreter.
+``--profile OUT`` samples dralet's process with py-spy during the one-claim cycles and
+the batch's prepare call (the threads holding the GIL: where its Python CPU goes, not
+where it waits), writes the collapsed stacks to OUT and OUT.batch and prints the shares
+by module; ``py-spy`` must be on PATH or beside the interpreter.
 
 It prints a table; it is not a timed test. Without the control plane's binaries it says
 so and exits 0.
@@ -365,8 +366,15 @@ async def measure_target(
 
         batch = claims[: args.batch]
         start = time.perf_counter()
+        profiler = (
+            start_profiler(pid, args.profile + BATCH_PROFILE)
+            if args.profile and target.prefix == "d"
+            else None
+        )
         prepared = await plugin.prepare(batch)
         out.batch_prepare = len(batch) / (time.perf_counter() - start)
+        if profiler is not None:
+            await stop_profiler(profiler)
         assert prepared.kubelet_error == "", prepared.kubelet_error[:300]
         out.rss_batch = rss_mib(pid)
         start = time.perf_counter()
@@ -403,6 +411,8 @@ async def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
     await asyncio.to_thread(profiler.wait, 30)
 
 
+BATCH_PROFILE = ".batch"
+"""Suffix of the profile of the batch's prepare call, beside the cycles' one."""
 FRAME_FILE = re.compile(r"\(([^():]+):\d+\)")
 OUTER = ("dralet/cli/", "dralet/node/driver.py")
 """Frames every sample passes through: a sample is charged to the innermost other one."""
@@ -690,10 +700,14 @@ def main() -> None:
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
-    if args.profile and Path(args.profile).is_file():
-        print(f"\ndralet's CPU in the one-claim cycles by module (py-spy, {args.profile}):")
-        for area, share in profile_areas(Path(args.profile)):
-            print(f"  {share:6.1%}  {area}")
+    for path, what in (
+        (args.profile, "the one-claim cycles"),
+        (args.profile + BATCH_PROFILE, "the batch's prepare"),
+    ):
+        if args.profile and Path(path).is_file():
+            print(f"\ndralet's CPU in {what} by module (py-spy, {path}):")
+            for area, share in profile_areas(Path(path)):
+                print(f"  {share:6.1%}  {area}")
 
 
 if __name__ == "__main__":
