@@ -4,7 +4,10 @@ etcd and kube-apiserver of the release ``make k8s`` built (tests/k8scluster.py),
 driver under test as a real process reading real ResourceClaims, and the kubelet emulator
 calling it over DRA gRPC v1. Three rows of figures, measured in this one run:
 
-- ``dralet``: ``dralet run --driver example`` (CDI dir on tmpfs);
+- ``dralet``: ``dralet run --driver example``, its CDI dir and its backend's state (the
+  simulated GPUs' "hardware", which the backend commits with an fsync per device under
+  one lock: a real device keeps that state itself, and the floor makes no such write) on
+  tmpfs; its records on disk;
 - ``Go reference``: upstream's ``k8s.io/kubernetes/test/e2e/dra/test-driver``
   ``kubelet-plugin``, built from the module pins of k8s/v1.<minor>/go.mod by
   ``scripts/dra-test-driver-build`` (``--go-driver PATH`` or ``$DRALET_GO_DRIVER``; the
@@ -269,6 +272,7 @@ def dralet_target(cluster: k8scluster.Cluster, count: int, tmpfs: Path) -> Targe
                 "--kubeconfig", str(cluster.admin_kubeconfig),
                 "--cdi-dir", str(tmpfs / "dralet-cdi"),
                 "--log-level", "warning",
+                "--state-dir", str(tmpfs / "dralet-backend"),
             ],
         )  # fmt: skip
         process = DriverProcess(args, log_path=root / "driver.log", mode="exec")
