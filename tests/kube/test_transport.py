@@ -4,8 +4,11 @@ against the real kube-apiserver."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -160,3 +163,48 @@ async def test_client_certificate_of_a_kubeconfig_on_the_real_server(
         assert client.host == k8s_cluster.url
         namespace = await client.request("GET", "/api/v1/namespaces/default")
         assert namespace["metadata"]["name"] == "default"
+
+
+def _certificate(folder: Path, name: str) -> tuple[bytes, bytes]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is needed to make a certificate")
+    key, cert = folder / f"{name}.key", folder / f"{name}.crt"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert.read_bytes(), key.read_bytes()
+
+
+async def test_inline_client_certificate_is_loaded_and_checked(tmp_path: Path) -> None:
+    cert, key = _certificate(tmp_path, "user")
+    _, other_key = _certificate(tmp_path, "other")
+
+    def config(key_data: bytes) -> Path:
+        return _kubeconfig(
+            tmp_path / "config",
+            current="ctx",
+            clusters={
+                "c": {
+                    "server": "https://api:6443",
+                    "certificate-authority-data": base64.b64encode(cert).decode(),
+                }
+            },
+            users={
+                "u": {
+                    "client-certificate-data": base64.b64encode(cert).decode(),
+                    "client-key-data": base64.b64encode(key_data).decode(),
+                }
+            },
+            contexts={"ctx": ("c", "u")},
+        )
+
+    loaded = await _load([config(key)])
+    assert loaded.ssl_context is not None
+    assert await loaded.auth_headers() == {}
+    # A key that is not the certificate's is refused when loaded, not at the first request.
+    with pytest.raises(access.ApiAccessError):
+        await _load([config(other_key)])
