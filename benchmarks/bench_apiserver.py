@@ -4,7 +4,10 @@ etcd and kube-apiserver of the release ``make k8s`` built (tests/k8scluster.py),
 driver under test as a real process reading real ResourceClaims, and the kubelet emulator
 calling it over DRA gRPC v1. Three rows of figures, measured in this one run:
 
-- ``dralet``: ``dralet run --driver example`` (CDI dir on tmpfs);
+- ``dralet``: ``dralet run --driver example``, its CDI dir and its backend's state (the
+  simulated GPUs' "hardware", which the backend commits with an fsync per device under
+  one lock: a real device keeps that state itself, and the floor makes no such write) on
+  tmpfs; its records on disk;
 - ``Go reference``: upstream's ``k8s.io/kubernetes/test/e2e/dra/test-driver``
   ``kubelet-plugin``, built from the module pins of k8s/v1.<minor>/go.mod by
   ``scripts/dra-test-driver-build`` (``--go-driver PATH`` or ``$DRALET_GO_DRIVER``; the
@@ -23,6 +26,12 @@ kubelet sees it, and the finalizer removals drained after it), ``--clients`` con
 clients doing one-claim cycles, and the driver's RSS idle and with the batch prepared.
 
     .venv/bin/python benchmarks/bench_apiserver.py [--cycles 200] [--batch 1000]
+        [--profile OUT]
+
+``--profile OUT`` samples dralet's process with py-spy during the one-claim cycles and
+the batch's prepare call (the threads holding the GIL: where its Python CPU goes, not
+where it waits), writes the collapsed stacks to OUT and OUT.batch and prints the shares
+by module; ``py-spy`` must be on PATH or beside the interpreter.
 
 It prints a table; it is not a timed test. Without the control plane's binaries it says
 so and exits 0.
@@ -35,6 +44,7 @@ import asyncio
 import os
 import re
 import shutil
+import signal
 import ssl
 import statistics
 import subprocess
@@ -262,6 +272,7 @@ def dralet_target(cluster: k8scluster.Cluster, count: int, tmpfs: Path) -> Targe
                 "--kubeconfig", str(cluster.admin_kubeconfig),
                 "--cdi-dir", str(tmpfs / "dralet-cdi"),
                 "--log-level", "warning",
+                "--state-dir", str(tmpfs / "dralet-backend"),
             ],
         )  # fmt: skip
         process = DriverProcess(args, log_path=root / "driver.log", mode="exec")
@@ -338,7 +349,12 @@ async def measure_target(
         driver_before = cpu_seconds(pid)
         server_before = sum(cpu_seconds(p) for p in server_pids)
         counts_before = await api.request_counts()
+        profiler = (
+            start_profiler(pid, args.profile) if args.profile and target.prefix == "d" else None
+        )
         samples = [await cycle(plugin, ref) for ref in ones]
+        if profiler is not None:
+            await stop_profiler(profiler)
         await wait_drained(api, target.prefix)
         counts_after = await api.request_counts()
         out.driver_cpu = (cpu_seconds(pid) - driver_before) / len(ones)
@@ -354,8 +370,15 @@ async def measure_target(
 
         batch = claims[: args.batch]
         start = time.perf_counter()
+        profiler = (
+            start_profiler(pid, args.profile + BATCH_PROFILE)
+            if args.profile and target.prefix == "d"
+            else None
+        )
         prepared = await plugin.prepare(batch)
         out.batch_prepare = len(batch) / (time.perf_counter() - start)
+        if profiler is not None:
+            await stop_profiler(profiler)
         assert prepared.kubelet_error == "", prepared.kubelet_error[:300]
         out.rss_batch = rss_mib(pid)
         start = time.perf_counter()
@@ -374,6 +397,52 @@ async def measure_target(
         await kubelet.close()
         await stop()
     return out
+
+
+def start_profiler(pid: int, out: str) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``pid`` into ``out`` as collapsed stacks, until SIGINT."""
+    beside = Path(sys.executable).parent / "py-spy"
+    binary = str(beside) if beside.is_file() else (shutil.which("py-spy") or "py-spy")
+    return subprocess.Popen(
+        [binary, "record", "--pid", str(pid), "--rate", "500", "--format", "raw",
+         "--output", out, "--nonblocking", "--gil"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
+    profiler.send_signal(signal.SIGINT)
+    await asyncio.to_thread(profiler.wait, 30)
+
+
+BATCH_PROFILE = ".batch"
+"""Suffix of the profile of the batch's prepare call, beside the cycles' one."""
+FRAME_FILE = re.compile(r"\(([^():]+):\d+\)")
+OUTER = ("dralet/cli/", "dralet/node/driver.py")
+"""Frames every sample passes through: a sample is charged to the innermost other one."""
+
+
+def profile_areas(path: Path, top: int = 15) -> list[tuple[str, float]]:
+    """Shares of the sampled CPU by the innermost dralet module of each stack (or, with
+    none, the library the stack ends in: the event loop, gRPC's, aiohttp's)."""
+    areas: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        files = FRAME_FILE.findall(stack)
+        inner = next(
+            (f for f in reversed(files) if "dralet/" in f and not any(o in f for o in OUTER)),
+            None,
+        )
+        if inner is not None:
+            area = inner.split("dralet/", 1)[1].removesuffix(".py")
+        else:
+            leaf = files[-1] if files else ""
+            area = "(no dralet frame) " + (leaf.split("site-packages/")[-1].split("/")[0] or "?")
+        areas[area] = areas.get(area, 0) + int(count)
+        total += int(count)
+    ranked = sorted(areas.items(), key=lambda item: -item[1])[:top]
+    return [(area, count / total) for area, count in ranked] if total else []
 
 
 async def wait_drained(api: Api, prefix: str) -> None:
@@ -617,6 +686,7 @@ def main() -> None:
     parser.add_argument("--api-limit", type=int, default=16, help="the floor's batch concurrency")
     parser.add_argument("--release", default="")
     parser.add_argument("--kubelet-version", default="1.37")
+    parser.add_argument("--profile", default="", help="py-spy collapsed stacks of dralet's cycles")
     parser.add_argument("--go-driver", default=os.environ.get(GO_DRIVER_ENV, ""))
     args = parser.parse_args()
     release = (
@@ -634,6 +704,14 @@ def main() -> None:
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+    for path, what in (
+        (args.profile, "the one-claim cycles"),
+        (args.profile + BATCH_PROFILE, "the batch's prepare"),
+    ):
+        if args.profile and Path(path).is_file():
+            print(f"\ndralet's CPU in {what} by module (py-spy, {path}):")
+            for area, share in profile_areas(Path(path)):
+                print(f"  {share:6.1%}  {area}")
 
 
 if __name__ == "__main__":

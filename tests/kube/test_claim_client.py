@@ -12,6 +12,7 @@ import pytest
 
 from dralet import kube
 from dralet.apiserver import ApiServer
+from dralet.kube import transport
 from dralet.node import claims
 from tests.kubeobjects import allocation, claim, ready_status
 
@@ -197,21 +198,17 @@ async def test_connect_in_cluster(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ca_certificate: Path
 ) -> None:
     """The service-account path: host from the environment, token and CA from files."""
-    from kubernetes.aio.config import incluster_config
-
-    token = tmp_path / "token"
-    token.write_text("service-account-token")
-    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
-    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca_certificate))
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("service-account-token\n")
+    shutil.copy(ca_certificate, account / "ca.crt")
+    monkeypatch.setattr(transport, "SERVICE_ACCOUNT_DIR", account)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
-    async with await kube.connect() as client:
+    async with await kube.connect(in_cluster=True) as client:
         assert client.host == "https://127.0.0.1:6443"
-        headers: dict[str, str] = {}
-        await client.api_client.update_params_for_auth(
-            headers, [], ["BearerToken"], "/", "GET", None
-        )
-        assert headers["authorization"].lower() == "bearer service-account-token"
+        headers = await client.transport.auth_headers()
+        assert headers == {"Authorization": "Bearer service-account-token"}
 
 
 async def test_adding_the_finalizer_to_a_claim_just_read_reads_it_no_more(

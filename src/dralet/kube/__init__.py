@@ -1,11 +1,12 @@
 """The only code that talks to the Kubernetes API server.
 
-Dict in, dict out, on the official client's asyncio package (``kubernetes.aio``):
-``client`` (one connection: verbs, retries, watch), ``watching`` (list + watch + relist),
-``versions`` (which resource.k8s.io version to speak), ``shapes`` (converting objects
-between those versions), ``claims`` (``ClaimClient``, the claim engine's ``ClaimSource``),
-``inventory`` (listing claims, slices and classes for the CLI) and ``slices`` (pure
-ResourceSlice rules and diffing, used by the node's publisher). Used by ``dralet.node``
+Dict in, dict out, on aiohttp: ``transport`` (the server's URL, TLS and auth from a
+kubeconfig or the service account), ``client`` (one connection: verbs, retries, watch),
+``watching`` (list + watch + relist), ``versions`` (which resource.k8s.io version to
+speak), ``shapes`` (converting objects between those versions), ``claims``
+(``ClaimClient``, the claim engine's ``ClaimSource``), ``inventory`` (listing claims,
+slices and classes for the CLI) and ``slices`` (pure ResourceSlice rules and diffing,
+used by the node's publisher). Used by ``dralet.node``
 (publisher, ledger wiring), the CLI and the API stand-in in ``dralet.apiserver``.
 """
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from dralet.kube.status import ApiError
     from dralet.kube.versions import UnsupportedServerError, negotiate_resource_version
 
-# name -> module: the client library is heavy, so ``import dralet.kube.slices`` (pure
+# name -> module: the client needs aiohttp, so ``import dralet.kube.slices`` (pure
 # rules, used by the publisher and device values) must not load it; it is loaded on the
 # first use of a name that needs it.
 _LAZY = {
