@@ -56,7 +56,7 @@ async def test_orphan_spec(node: AuditedNode) -> None:
 
 async def test_orphan_metadata(node: AuditedNode) -> None:
     uid = str(uuid.uuid4())
-    files = node.ledger.steps.metadata_files
+    files = node.ledger.metadata_files
     files.root.parent.mkdir(parents=True, exist_ok=True)
     files.write(uid, {"gpu": "{}\n"})
     assert await node.kinds() == ["orphan-metadata"]
@@ -67,7 +67,7 @@ async def test_orphan_metadata(node: AuditedNode) -> None:
 async def test_orphan_spec_and_metadata_go_together(node: AuditedNode) -> None:
     uid = str(uuid.uuid4())
     node.ledger.specs.write(uid, _spec_document(node, uid, "gpu-3"))
-    files = node.ledger.steps.metadata_files
+    files = node.ledger.metadata_files
     files.root.parent.mkdir(parents=True, exist_ok=True)
     files.write(uid, {"gpu": "{}\n"})
     assert await node.kinds() == ["orphan-spec"]

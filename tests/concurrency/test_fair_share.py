@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dralet.node.backend import ClaimRef, ClaimUID
-from dralet.node.claims.fairness import FairSlots
+from dralet.node.claims.schedule import FairSlots
 from tests.recovery.nodekit import LedgerNode
 
 BIG = 20_000

@@ -26,7 +26,7 @@ from dralet.node.backend import (
     PreparedDevice,
 )
 from dralet.node.claims import source
-from dralet.node.claims.calls import allocated, claim_allocation
+from dralet.node.claims.records import allocated, claim_allocation
 from dralet.node.invoke import Invoker
 from dralet.testing.claims import DRIVER, allocated_claim
 from tests.recovery.nodekit import LedgerNode

@@ -16,9 +16,9 @@ import pytest
 from dralet import errors, failpoints
 from dralet.cdi.store import SpecStore
 from dralet.node.backend import ClaimRef
-from dralet.node.claims import execute
-from dralet.node.claims.calls import each, each_until_late
-from dralet.node.claims.fairness import FairSlots
+from dralet.node.claims import group, prepare, teardown
+from dralet.node.claims.group import each, each_until_late
+from dralet.node.claims.schedule import FairSlots
 from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
 
 CLAIMS = 6
@@ -208,7 +208,7 @@ class _Faults:
 
     def failpoint(self) -> None:
         # The third claim to pass the step (in UID order within the call) errors.
-        failpoints.arm(execute.FP_AFTER_BACKEND_PREPARE, "error", nth=3)
+        failpoints.arm(prepare.FP_AFTER_BACKEND_PREPARE, "error", nth=3)
 
 
 @pytest.fixture
@@ -284,13 +284,13 @@ async def test_a_group_whose_locks_cannot_be_taken_goes_on_claim_by_claim(
 @pytest.mark.parametrize(
     ("operation", "point"),
     [
-        ("prepare", execute.FP_AFTER_STARTED),
-        ("prepare", execute.FP_AFTER_FINALIZER),
-        ("prepare", execute.FP_AFTER_BACKEND_PREPARE),
-        ("prepare", execute.FP_AFTER_SPEC),
-        ("unprepare", execute.FP_AFTER_UNPREPARE_STARTED),
-        ("unprepare", execute.FP_AFTER_RELEASE),
-        ("unprepare", execute.FP_AFTER_FINALIZER_REMOVED),
+        ("prepare", prepare.FP_AFTER_STARTED),
+        ("prepare", prepare.FP_AFTER_FINALIZER),
+        ("prepare", prepare.FP_AFTER_BACKEND_PREPARE),
+        ("prepare", prepare.FP_AFTER_SPEC),
+        ("unprepare", teardown.FP_AFTER_UNPREPARE_STARTED),
+        ("unprepare", teardown.FP_AFTER_RELEASE),
+        ("unprepare", teardown.FP_AFTER_FINALIZER_REMOVED),
     ],
 )
 async def test_a_kill_between_the_steps_of_a_group_leaves_nothing_after_a_start(
@@ -314,13 +314,13 @@ async def test_a_kill_between_the_steps_of_a_group_leaves_nothing_after_a_start(
 async def test_a_group_is_as_large_as_the_slots_free_and_no_larger(tmp_path: Path) -> None:
     node, refs = _node(tmp_path, max_parallel_claims=4)
     sizes: list[int] = []
-    real = node.ledger.steps.prepare_fresh_many
+    real = node.ledger.prepares.prepare_fresh_many
 
     async def sized(group: Any, **kwargs: Any) -> Any:
         sizes.append(len(group))
         return await real(group, **kwargs)
 
-    node.ledger.steps.prepare_fresh_many = sized  # type: ignore[method-assign,assignment]
+    node.ledger.prepares.prepare_fresh_many = sized  # type: ignore[method-assign,assignment]
     outcomes = await node.prepare(*refs)
     assert {o.error for o in outcomes.values()} == {""}
     assert sizes == [4, 2]
@@ -416,7 +416,7 @@ async def test_a_claim_retrying_temporarily_holds_back_neither_its_call_nor_anot
     for i, ref in enumerate(refs[1:], start=1):
         node.assert_prepared(ref, f"gpu-{i}")
     node.assert_prepared(other, f"gpu-{CLAIMS}")
-    assert node.ledger._slots._free == 4  # every slot given back
+    assert node.ledger.scheduler._slots._free == 4  # every slot given back
 
 
 async def test_claims_prepared_are_answered_before_a_slow_rollback_of_another(
@@ -468,7 +468,7 @@ async def test_an_irreversible_failure_is_the_answer_only_once_every_other_claim
     # Every other claim was done, in every group, before the call answered Internal.
     for i, ref in enumerate(refs[1:], start=1):
         node.assert_prepared(ref, f"gpu-{i}")
-    assert node.ledger._slots._free == 2
+    assert node.ledger.scheduler._slots._free == 2
 
 
 async def test_a_slot_waiter_cancelled_as_a_slot_comes_ends_cancelled() -> None:
@@ -521,7 +521,7 @@ async def test_a_claim_whose_device_hangs_holds_back_neither_its_group_nor_anoth
 ) -> None:
     # c2's backend prepare hangs for a while. The rest of its group goes on without it
     # and gives its slots back, so a call that comes meanwhile is served before c2 ends.
-    monkeypatch.setattr(execute, "LATE_AFTER", 0.05)
+    monkeypatch.setattr(group, "LATE_AFTER", 0.05)
     node, refs, other = _node_and_another(tmp_path, max_parallel_claims=CLAIMS)
     done_meanwhile = _hang_until(
         monkeypatch,
@@ -541,7 +541,7 @@ async def test_a_claim_whose_device_hangs_holds_back_neither_its_group_nor_anoth
     assert done_meanwhile == [True]
     _all_prepared(node, refs)
     node.assert_prepared(other, f"gpu-{CLAIMS}")
-    assert node.ledger._slots._free == CLAIMS
+    assert node.ledger.scheduler._slots._free == CLAIMS
 
 
 async def test_each_until_late_leaves_only_calls_that_outlast_the_others() -> None:
@@ -567,7 +567,7 @@ async def test_each_until_late_leaves_only_calls_that_outlast_the_others() -> No
 async def test_a_claim_whose_release_hangs_holds_back_neither_its_group_nor_another_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(execute, "LATE_AFTER", 0.05)
+    monkeypatch.setattr(group, "LATE_AFTER", 0.05)
     node, refs, other = _node_and_another(tmp_path, max_parallel_claims=CLAIMS)
     assert {o.error for o in (await node.prepare(*refs, other)).values()} == {""}
     gone_meanwhile = _hang_until(
@@ -588,7 +588,7 @@ async def test_a_claim_whose_release_hangs_holds_back_neither_its_group_nor_anot
     assert gone_meanwhile == [True]
     for ref in (*refs, other):
         node.assert_gone(ref)
-    assert node.ledger._slots._free == CLAIMS
+    assert node.ledger.scheduler._slots._free == CLAIMS
 
 
 async def test_a_crash_on_the_one_claim_route_ends_the_call(

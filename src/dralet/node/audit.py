@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dralet.node.claims import settle
 from dralet.node.claims.engine import ClaimEngine
 from dralet.node.claims.observe import ClaimLister, NodeSnapshot, take_snapshot
 from dralet.node.claims.plan import Finding, plan_node
@@ -43,4 +42,4 @@ async def repair(engine: ClaimEngine, findings: Sequence[Finding]) -> RecoveryRe
 async def accept_lost_store(engine: ClaimEngine) -> RecoveryReport:
     """``--fix --accept-lost-store``: start a new store in place of a lost one, then
     recover (``settle.accept_lost_store``)."""
-    return await settle.accept_lost_store(engine)
+    return await engine.accept_lost_store()

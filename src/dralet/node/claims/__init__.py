@@ -1,11 +1,15 @@
 """The claim engine: one explicit state machine for every claim on a node.
 
-``states`` (the lifecycle as data) · ``observe`` (read what is true, change nothing) ·
-``plan`` (pure: goal + observation → steps; also what ``dralet audit`` reports) ·
-``execute`` (the steps, under the claim lock, with failpoints and durable records) ·
-``store`` (the records, over ``dralet.checkpoint``) · ``engine`` (the RPC paths) ·
-``settle`` (recovery at start, stale-claim cleanup, ``audit --fix``) · ``source``
-(the ResourceClaim port and its pure checks) · ``calls`` · ``fairness``.
+Read top down, each module importing only those below it:
+``engine`` (the RPC paths: prepare and unprepare calls) · ``settle`` (node-wide work:
+recovery at start, stale-claim cleanup, ``audit --fix``) · ``parts`` (what both work
+on) · ``prepare`` / ``teardown`` / ``repairs`` (the routes: each durable step under the
+claim lock, with its failpoints) · ``plan`` (pure: goal + observation → steps; also
+what ``dralet audit`` reports) · ``calls`` (every call out of the process) · ``group``
+(how a group of claims goes through a step) · ``schedule`` (calls on fairly shared
+slots) · ``observe`` (read what is true, change nothing) · ``records`` (a claim's
+devices as recorded) · ``store`` (the records, over ``dralet.checkpoint``) ·
+``source`` (the ResourceClaim port and its pure checks).
 """
 
 from dralet.node.claims.engine import ClaimEngine, Mode, PrepareOutcome

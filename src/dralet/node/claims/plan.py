@@ -24,6 +24,7 @@ __all__ = [
     "ACCEPT_LOST_STORE",
     "Action",
     "Finding",
+    "lost_store_hint",
     "plan_node",
     "plan_prepare",
     "plan_settle",
@@ -55,6 +56,17 @@ class Action(enum.StrEnum):
 
 ACCEPT_LOST_STORE = "dralet audit --fix --accept-lost-store"
 """How an operator says the claim records are lost for good (``settle.accept_lost_store``)."""
+
+
+def lost_store_hint(specs: int) -> str:
+    """What an operator reads on a node failing closed: what works and how to go on."""
+    return (
+        f"{specs} claims still have CDI specs and are unprepared from them; new prepares "
+        "resume once the node holds nothing of this driver and it restarts, or after "
+        f"`{ACCEPT_LOST_STORE} --driver NAME` (the records are lost for good: the rest "
+        "of their claims is then removed from the node)"
+    )
+
 
 BY_START = "start"
 BY_CLEANUP = "cleanup"

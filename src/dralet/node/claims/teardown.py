@@ -1,0 +1,423 @@
+"""Every way a claim goes down: unprepare, rollback of a failed or interrupted prepare,
+stale-claim cleanup, recovery; the claim's lock is held by the caller.
+
+PrepareStarted/Completed → UnprepareStarted → SpecRemoved → DevicesReleased →
+(Released while the finalizer stays) → gone. Each durable fact is made before the
+next step and followed by a failpoint, so the crash suite can kill the driver there.
+``release_claim`` gets exactly the states ``prepare_claim`` returned and the same
+configs back (recorded with the claim's spec in its completion write); a teardown of
+a prepare a crash cut short asks the backend for them again (``prepare_claim`` is
+idempotent by contract).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dralet import errors, failpoints
+from dralet.checkpoint.database import Drop
+from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord, evolve
+from dralet.metrics import DriverMetrics
+from dralet.node.backend import ClaimRef, PartialPrepareError, PreparedDevice
+from dralet.node.claims import devicemetadata, records, source
+from dralet.node.claims.calls import Calls
+from dralet.node.claims.group import (
+    all_of,
+    backend_calls,
+    bound,
+    each,
+    hit_after,
+    ignore,
+    ref_of,
+    survivors,
+)
+from dralet.node.claims.specio import SpecWriter
+from dralet.node.claims.store import RecordStore
+from dralet.node.settings import DriverSettings
+
+__all__ = ["Teardown"]
+
+log = logging.getLogger("dralet.node.claims")
+
+FP_AFTER_UNPREPARE_STARTED = "ledger.unprepare.after-started"
+FP_AFTER_RELEASE = "ledger.unprepare.after-release"
+FP_AFTER_FINALIZER_REMOVED = "ledger.unprepare.after-finalizer"
+FP_ANSWERED_FINALIZER_OWED = "ledger.unprepare.answered-finalizer-owed"
+failpoints.declare(
+    FP_AFTER_UNPREPARE_STARTED,
+    FP_AFTER_RELEASE,
+    FP_AFTER_FINALIZER_REMOVED,
+    FP_ANSWERED_FINALIZER_OWED,
+)
+
+
+@dataclass(eq=False)
+class _Down:
+    """One claim of a group on its way down."""
+
+    index: int
+    record: ClaimRecord
+    stopped: bool = False
+    """It goes no further in this teardown (failed, or waits for its finalizer)."""
+
+
+def _unprepare_started(item: _Down, stored: ClaimRecord) -> None:
+    item.record = stored
+    failpoints.hit(FP_AFTER_UNPREPARE_STARTED)
+
+
+def _released(item: _Down, stored: ClaimRecord) -> None:
+    item.record = stored
+
+
+def _going(down: Sequence[_Down], failed: Sequence[tuple[_Down, Exception]]) -> list[_Down]:
+    """The claims of ``down`` that neither failed nor stopped."""
+    out = {id(item) for item, _ in failed}
+    return [d for d in down if not d.stopped and id(d) not in out]
+
+
+class Teardown:
+    """Takes claims down, one or a group at a time; every method expects the claims'
+    locks held."""
+
+    def __init__(
+        self,
+        settings: DriverSettings,
+        store: RecordStore,
+        spec_io: SpecWriter,
+        metadata_files: devicemetadata.MetadataFiles,
+        calls: Calls,
+        metrics: DriverMetrics,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.spec_io = spec_io
+        self.metadata_files = metadata_files
+        self.calls = calls
+        self.metrics = metrics
+
+    async def teardown(self, record: ClaimRecord, *, reason: str, in_process: bool = False) -> None:
+        """``teardown_many`` of one claim; raises the error it failed with."""
+        (error,) = await self.teardown_many([record], reason=reason, in_process=in_process)
+        if error is not None:
+            raise error
+
+    async def teardown_many(
+        self,
+        records: Sequence[ClaimRecord],
+        *,
+        reason: str | Sequence[str],
+        in_process: bool = False,
+        done: Callable[[int], None] | None = None,
+    ) -> list[BaseException | None]:
+        """Undo whatever each record says may have happened; each ends with its record
+        gone. The claims (each one's lock held) go down each step together: one commit
+        for all their UnprepareStarted, their specs removed as one group, their devices
+        released and finalizers removed concurrently (bounded), one commit removing all
+        their records. An error per claim (None: done); a claim that fails at a step
+        stops there alone, its record left for the next call or start, and one whose
+        release outlasts the others' by ``LATE_AFTER`` finishes alone. ``reason``: why,
+        for the log (one for all, or one per record); ``done`` hears of each claim gone
+        (its index in ``records``) as soon as it is.
+
+        PrepareStarted/Completed → UnprepareStarted → SpecRemoved → DevicesReleased →
+        (Released while the finalizer stays) → gone. A rollback of a prepare that never
+        completed goes on even when its UnprepareStarted cannot be written (disk full):
+        the PrepareStarted record on disk already says "roll back", so the spec and the
+        devices go now and whatever record remains is finished by the next call or start.
+        """
+        reasons = [reason] * len(records) if isinstance(reason, str) else list(reason)
+        down = [_Down(index, record) for index, record in enumerate(records)]
+        failed: list[tuple[_Down, Exception]] = []
+        results: list[BaseException | None] = [None] * len(records)
+        down = await self._start_unprepare(down, failed)
+        down, late = await self._remove_and_release(down, failed, in_process=in_process)
+        finishing = [self._finish_down(down, failed, results, reasons, done)]
+        finishing += [
+            self._finish_down_late(item, released, failed, results, reasons, done)
+            for item, released in late
+        ]
+        await all_of(finishing)
+        for item, exc in failed:
+            results[item.index] = exc
+        return results
+
+    async def _finish_down(
+        self,
+        down: Sequence[_Down],
+        failed: list[tuple[_Down, Exception]],
+        results: list[BaseException | None],
+        reasons: Sequence[str],
+        done: Callable[[int], None] | None,
+    ) -> None:
+        """The steps after the releases: finalizers, then one commit removing records.
+        With ``done`` (a caller that answers each claim as soon as it can: the kubelet's
+        unprepare), the claims holding a finalizer are answered once their Released
+        record is durable, and the removal, owed from then on, follows the answer."""
+        owed = await self._answer_owing(down, failed, reasons, done) if done else set()
+        gone = await self._remove_finalizers(down, failed)
+        if not gone:
+            return
+        dropped: Sequence[BaseException | None]
+        try:
+            dropped = await self.store.commit([Drop(d.record.uid) for d in gone])
+        except Exception as unwritten:  # noqa: BLE001 - the writer failed every removal
+            dropped = [unwritten] * len(gone)
+        for item, error in zip(gone, dropped, strict=True):
+            if item.index in owed:
+                continue  # answered already; a record not dropped is dropped next pass
+            results[item.index] = error
+            if error is None:
+                with bound(ref_of(item.record)):
+                    log.info("unprepared (%s)", reasons[item.index])
+                if done is not None:
+                    done(item.index)
+
+    async def _answer_owing(
+        self,
+        down: Sequence[_Down],
+        failed: list[tuple[_Down, Exception]],
+        reasons: Sequence[str],
+        done: Callable[[int], None],
+    ) -> set[int]:
+        """Record Released for the claims that hold a finalizer (one commit) and answer
+        them: their spec is gone and their devices released, so the kubelet need not wait
+        on the API. The record is what makes the removal owed: a restart or the next
+        cleanup pass retries it (``plan_settle``: Released → remove the finalizer)."""
+        holding = [d for d in down if d.record.finalizer_added]
+        if not holding:
+            return set()
+        owing = [d for d in holding if d.record.state == ClaimState.RELEASED]
+        writing = [d for d in holding if d.record.state != ClaimState.RELEASED]
+        if writing:
+            stored = await self.store.put_many(
+                [d.record.with_state(ClaimState.RELEASED) for d in writing]
+            )
+            owing += survivors(writing, stored, failed, _released)
+        for item in owing:
+            with bound(ref_of(item.record)):
+                log.info("unprepared (%s); finalizer removal owed", reasons[item.index])
+            done(item.index)
+        survivors(owing, owing, failed, hit_after(FP_ANSWERED_FINALIZER_OWED))
+        return {item.index for item in owing}
+
+    async def _finish_down_late(
+        self,
+        item: _Down,
+        released: asyncio.Future[Exception | None],
+        failed: list[tuple[_Down, Exception]],
+        results: list[BaseException | None],
+        reasons: Sequence[str],
+        done: Callable[[int], None] | None,
+    ) -> None:
+        """A claim whose release outlasted its group's: the rest of its way alone."""
+        survivors([item], [await released], failed, hit_after(FP_AFTER_RELEASE))
+        await self._finish_down(_going([item], failed), failed, results, reasons, done)
+
+    async def _start_unprepare(
+        self, down: Sequence[_Down], failed: list[tuple[_Down, Exception]]
+    ) -> list[_Down]:
+        starting = [
+            d
+            for d in down
+            if d.record.state in (ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED)
+        ]
+        if not starting:
+            return list(down)
+        stored = await self.store.put_many(
+            [d.record.with_state(ClaimState.UNPREPARE_STARTED) for d in starting]
+        )
+        outcomes: list[ClaimRecord | BaseException] = []
+        for item, result in zip(starting, stored, strict=True):
+            if isinstance(result, OSError) and item.record.state == ClaimState.PREPARE_STARTED:
+                with bound(ref_of(item.record)):
+                    log.warning(
+                        "rolling back without a durable UnprepareStarted",
+                        exc_info=(type(result), result, result.__traceback__),
+                    )
+                result = item.record.with_state(ClaimState.UNPREPARE_STARTED)
+            outcomes.append(result)
+        survivors(starting, outcomes, failed, _unprepare_started)
+        return _going(down, failed)
+
+    async def _remove_and_release(
+        self, down: Sequence[_Down], failed: list[tuple[_Down, Exception]], *, in_process: bool
+    ) -> tuple[list[_Down], list[tuple[_Down, asyncio.Future[Exception | None]]]]:
+        """Specs (and metadata files) first, then the devices: no container may start
+        with a device being released. The claims through; those still releasing
+        ``LATE_AFTER`` seconds after the others were done, each with its future."""
+        going = [d for d in down if d.record.state == ClaimState.UNPREPARE_STARTED]
+        if not going:
+            return list(down), []
+        removed = await self.spec_io.remove_many([d.record.uid for d in going])
+        going = survivors(going, removed, failed, ignore)
+        with_metadata = [d for d in going if self.metadata_files.has_any(d.record.uid)]
+        if with_metadata:
+            gone = await asyncio.to_thread(self._remove_metadata_of, with_metadata)
+            survivors(with_metadata, gone, failed, ignore)
+            going = _going(going, failed)
+
+        async def release(item: _Down) -> None:
+            with bound(ref_of(item.record)):
+                if not in_process and item.record.cdi_spec is None:
+                    item.record = await self._recover_states(ref_of(item.record), item.record)
+                await self._release(item.record)
+
+        on_time, released, late = await backend_calls(
+            going, release, "releases", limit=self.calls.backend_limit
+        )
+        survivors(on_time, released, failed, hit_after(FP_AFTER_RELEASE))
+        later = {id(item) for item, _ in late}
+        return [d for d in _going(down, failed) if id(d) not in later], late
+
+    def _remove_metadata_of(self, down: Sequence[_Down]) -> list[bool | Exception]:
+        gone: list[bool | Exception] = []
+        for item in down:
+            try:
+                gone.append(self.metadata_files.remove(item.record.uid))
+            except Exception as exc:  # noqa: BLE001 - this claim's own error
+                gone.append(exc)
+        return gone
+
+    async def _remove_finalizers(
+        self, down: Sequence[_Down], failed: list[tuple[_Down, Exception]]
+    ) -> list[_Down]:
+        """The finalizers of the claims that have one; the claims whose records may go.
+        A finalizer that cannot be removed yet leaves its claim Released while the
+        removal is retried: not a failure, but its record stays."""
+        holding = [d for d in down if d.record.finalizer_added]
+        if not holding:
+            return list(down)
+        if self.settings.write_device_status:
+
+            async def clear_status(item: _Down) -> None:
+                await self.apply_device_status(ref_of(item.record), [])
+
+            await each(holding, clear_status, limit=self.calls.api_limit)
+
+        async def remove(item: _Down) -> bool:
+            return await self.calls.remove_finalizer(ref_of(item.record))
+
+        removed = await each(holding, remove, limit=self.calls.api_limit)
+        kept: list[_Down] = []
+        for item, result in zip(holding, removed, strict=True):
+            if isinstance(result, Exception):
+                # Any API failure only delays the removal.
+                log.warning(
+                    "could not remove finalizer yet (%s); will retry",
+                    result,
+                    extra={"claim_uid": item.record.uid},
+                )
+            if not isinstance(result, Exception) and result:
+                continue
+            item.stopped = True
+            if item.record.state != ClaimState.RELEASED:
+                kept.append(item)
+        if kept:
+            stored = await self.store.put_many(
+                [d.record.with_state(ClaimState.RELEASED) for d in kept]
+            )
+            survivors(kept, stored, failed, ignore)
+        removed_now = [d for d in holding if not d.stopped]
+        survivors(removed_now, removed_now, failed, hit_after(FP_AFTER_FINALIZER_REMOVED))
+        return _going(down, failed)
+
+    async def _release(self, record: ClaimRecord) -> None:
+        try:
+            await self.calls.release_claim(ref_of(record), record.devices)
+        except (asyncio.CancelledError, errors.IrreversibleError):
+            raise
+        except Exception as exc:
+            devices = ", ".join(d.device for d in record.devices)
+            raise errors.ClaimError(
+                record.uid, f"releasing devices {devices} failed: {exc}; will retry"
+            ) from exc
+
+    async def _recover_states(self, ref: ClaimRef, record: ClaimRecord) -> ClaimRecord:
+        """A crash (or a failed write) came between ``prepare_claim`` returning and its
+        states being recorded: ask again. ``prepare_claim`` is idempotent by contract, so
+        held devices answer with the states they hold; devices it cannot prepare are not
+        held."""
+        if all(d.prepared for d in record.devices):
+            return record
+        recovered = await self._recover_device_states(ref, record.devices)
+        return evolve(record, devices=recovered)
+
+    async def _recover_device_states(
+        self, ref: ClaimRef, devices: Sequence[DeviceRecord]
+    ) -> tuple[DeviceRecord, ...]:
+        try:
+            results: Sequence[PreparedDevice | None] = await self.calls.prepare_claim(ref, devices)
+        except asyncio.CancelledError:
+            raise
+        except PartialPrepareError as partial:
+            results = partial.prepared
+        except Exception:  # noqa: BLE001 - devices that cannot be prepared are not held
+            return tuple(devices)
+        return tuple(
+            d if d.prepared or r is None else d.with_prepared_state(r.state)
+            for d, r in zip(devices, results, strict=True)
+        )
+
+    async def unprepare_from_proof(self, ref: ClaimRef) -> None:
+        """Fail-closed unprepare: the CDI dir and the backend prove what was prepared.
+
+        Without a trusted record, each held device's state is asked of the backend again
+        (``prepare`` is idempotent by contract) with the allocation and config the API
+        still has, so ``release`` gets what it handed out. The kubelet's request names the
+        claim, so its finalizer goes too once nothing is held any more; otherwise the
+        ResourceClaim could never be deleted.
+        """
+        await self.spec_io.remove(ref.uid)
+        in_use = await self.calls.backend.devices_in_use()
+        held = sorted(device for device, holders in in_use.items() if ref.uid in holders)
+        known = {d.device: d for d in await self._allocation_if_known(ref)}
+        recorded = [known[device] for device in held if device in known]
+        for device in held:
+            if device not in known:
+                await self.calls.release_unrecorded(ref, self.settings.pool_name, device)
+        if recorded:
+            await self.calls.release_claim(ref, await self._recover_device_states(ref, recorded))
+        if not await self.calls.remove_finalizer(ref):
+            raise errors.ClaimError(ref.uid, "could not remove the claim's finalizer; will retry")
+
+    async def _allocation_if_known(self, ref: ClaimRef) -> tuple[DeviceRecord, ...]:
+        try:
+            claim = await self.calls.get_claim(ref)
+            allocated = source.select_allocation(
+                claim,
+                ref,
+                driver=self.settings.driver_name,
+                pool=self.settings.pool_name,
+                require_reserved=False,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - gone or unreachable: release without a state
+            return ()
+        return records.device_records(
+            ref.uid,
+            allocated,
+            source.claim_configs(claim, self.settings.driver_name),
+            cdi_kind=self.settings.cdi_kind,
+        )
+
+    async def apply_device_status(self, ref: ClaimRef, entries: list[dict[str, Any]]) -> None:
+        try:
+            await self.calls.apply_device_status(ref, self.settings.driver_name, entries)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - status is advisory; the claim goes on
+            self.metrics.device_status_writes.labels(result="failed").inc()
+            log.warning(
+                "could not %s device status: %s",
+                "write" if entries else "remove",
+                exc,
+                extra={"claim_uid": ref.uid},
+            )
+            return
+        self.metrics.device_status_writes.labels(result="ok").inc()
