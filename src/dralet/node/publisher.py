@@ -84,6 +84,10 @@ class SlicePublisher:
 
     ``pool`` defaults to the node name. ``api_version`` (e.g. ``"v1beta1"``) skips
     discovery; without it the newest served resource.k8s.io version is used.
+
+    Longer than most classes: one reconcile (read, plan, carry out) and the three
+    loops that start it (the retry loop, the health and slice watches) share the
+    owner, the served version and features and the wake-up event, and stay together.
     """
 
     def __init__(

@@ -8,7 +8,7 @@ Every path is observe → plan → execute under the claim's lock. A claim UID f
     _prepare_group (the group's claim locks, Observer.group → plan.plan_prepare)
         → prepare.Prepare.prepare_fresh_many (each step once for the whole group)
         → RecordStore.intents/put_many (one commit each) / SpecWriter.write_many (the
-          CDI files) → _answered (errors acted on, per claim)
+          CDI files) → answers.answer_grouped (errors acted on, per claim)
     A claim with interrupted work to finish first, or one that failed temporarily, goes
     on alone: _one → _prepare_claim (claim lock, retries) → _prepare_planned.
     Unprepare runs the same way: _unprepare_group → teardown.Teardown.teardown_many.
@@ -31,7 +31,7 @@ from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef
-from dralet.node.claims import plan, settle
+from dralet.node.claims import answers, plan, settle
 from dralet.node.claims.observe import ClaimView, Mode
 from dralet.node.claims.parts import Parts
 from dralet.node.claims.schedule import Alone, Call, Held, PrepareOutcome, Scheduler
@@ -56,14 +56,6 @@ _A = TypeVar("_A")
 _Early = Callable[[int, ClaimRecord | None], None]
 """Told each claim of a group as soon as it is done (its index in the group): its
 record when prepared, None when gone."""
-
-
-def _outcome_of(_: ClaimRef, result: ClaimRecord | BaseException | None) -> PrepareOutcome:
-    """A grouped claim's answer: the devices it was prepared with (nothing for an
-    unprepare), or its error raised."""
-    if isinstance(result, BaseException):
-        raise result
-    return PrepareOutcome(devices=result.devices if result is not None else ())
 
 
 class ClaimEngine:
@@ -133,7 +125,7 @@ class ClaimEngine:
         # Every log line of this claim's work carries the claim (the RPC's request id is
         # already bound: tasks inherit the caller's context).
         with logs.bind(claim_uid=ref.uid, claim=f"{ref.namespace}/{ref.name}"):
-            return await self._answer(call.operation, ref, call.deadline, one)
+            return await answers.answer_alone(self.metrics, call.operation, ref, call.deadline, one)
 
     async def _prepare_group(
         self, call: Call, group: Sequence[ClaimRef], held: Held
@@ -146,7 +138,7 @@ class ClaimEngine:
             if actions == [plan.Action.PREPARE]:
                 return _Route.TOGETHER
             if actions == [plan.Action.ANSWER_PREPARED]:
-                return self._prepared_answer
+                return answers.prepared
             return _Route.ALONE
 
         async def run(
@@ -210,12 +202,12 @@ class ClaimEngine:
         answered: set[str] = set()  # (not call.outcomes: a UID may recur in a later group)
 
         def answer(ref: ClaimRef, how: Callable[[ClaimRef, _A], PrepareOutcome], given: _A) -> None:
-            self._answered(call, ref, started, how, given)
+            answers.answer_grouped(self.metrics, call, ref, started, how, given)
             answered.add(ref.uid)
             held.give_back()
 
         def early(index: int, record: ClaimRecord | None) -> None:
-            answer(together[index][0], _outcome_of, record)
+            answer(together[index][0], answers.outcome_of, record)
 
         together: list[tuple[ClaimRef, ClaimView]] = []
         alone: list[Alone] = []
@@ -230,7 +222,7 @@ class ClaimEngine:
                 views = await self.observer.group(uids)
                 for ref, view in zip(group, views, strict=True):
                     if isinstance(view, BaseException):
-                        answer(ref, _outcome_of, view)
+                        answer(ref, answers.outcome_of, view)
                         continue
                     sorted_as = sort(view)
                     if sorted_as is _Route.TOGETHER:
@@ -255,89 +247,17 @@ class ClaimEngine:
         for (ref, _), result in zip(together, results, strict=True):
             if ref.uid in answered:
                 continue  # answered as soon as it was done
-            if isinstance(result, errors.IrreversibleError) or (
-                isinstance(result, BaseException) and not isinstance(result, Exception)
-            ):
+            if isinstance(result, BaseException) and errors.goes_up(result):
                 call.failed_irreversibly(result)
-            elif (
-                call.operation == "prepare"
-                and isinstance(result, errors.TemporaryError)
-                and time.monotonic() + result.delay < call.deadline
-            ):
-                log.info(
-                    "prepare failed temporarily (%s); retrying in %g s",
-                    result,
-                    result.delay,
-                    extra={"claim_uid": ref.uid},
-                )
-                alone.append((ref, result.delay))
+            elif (delay := answers.retry_grouped(call, ref, result)) is not None:
+                alone.append((ref, delay))
             else:
-                answer(ref, _outcome_of, result)
+                answer(ref, answers.outcome_of, result)
         return alone
 
     def _nothing_to_unprepare(self, ref: ClaimRef, _: ClaimView) -> PrepareOutcome:
         self.parts.stale.forget(ref.uid)
         return PrepareOutcome()
-
-    def _answered(
-        self,
-        call: Call,
-        ref: ClaimRef,
-        started: float,
-        answer: Callable[[ClaimRef, _A], PrepareOutcome],
-        given: _A,
-    ) -> None:
-        """Record a group's claim's answer (the error taxonomy acted on) and its metric."""
-        try:
-            outcome = answer(ref, given)
-        except Exception as exc:  # noqa: BLE001 - the claim's answer
-            with logs.bind(claim_uid=ref.uid, claim=f"{ref.namespace}/{ref.name}"):
-                outcome = self._failure(call.operation, ref, exc)
-        call.answered(ref.uid, outcome)
-        result = "error" if outcome.error else "success"
-        self.metrics.operation_done(call.operation, result, time.perf_counter() - started)
-
-    async def _answer(
-        self,
-        operation: str,
-        ref: ClaimRef,
-        deadline: float,
-        one: Callable[[ClaimRef, float], Awaitable[PrepareOutcome]],
-    ) -> PrepareOutcome:
-        """The error taxonomy, acted on: temporary → retryable answer, claim/permanent →
-        that claim's error, irreversible → up to the RPC (Internal), anything else → a
-        per-claim error naming its type (a bug, logged with its traceback)."""
-        started = time.perf_counter()
-        result = "error"
-        try:
-            outcome = await one(ref, deadline)
-            result = "success" if not outcome.error else "error"
-            return outcome
-        except (asyncio.CancelledError, errors.IrreversibleError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - the claim's answer
-            return self._failure(operation, ref, exc)
-        finally:
-            self.metrics.operation_done(operation, result, time.perf_counter() - started)
-
-    @staticmethod
-    def _failure(operation: str, ref: ClaimRef, exc: Exception) -> PrepareOutcome:
-        """A claim's answer for the error its work failed with (never Irreversible)."""
-        if isinstance(exc, errors.TemporaryError):
-            return PrepareOutcome(error=f"{operation} failed temporarily: {exc}; retry")
-        if isinstance(exc, errors.DraletError):
-            message = str(exc)
-            if not message.startswith(operation):  # say what failed once, never twice
-                message = f"{operation} failed: {message}"
-            log.warning("%s", message, extra={"claim_uid": ref.uid})
-            return PrepareOutcome(error=str(exc))
-        log.error(
-            "%s failed unexpectedly",
-            operation,
-            exc_info=(type(exc), exc, exc.__traceback__),
-            extra={"claim_uid": ref.uid},
-        )
-        return PrepareOutcome(error=f"{operation} failed: {type(exc).__name__}: {exc}")
 
     async def _prepare_claim(self, ref: ClaimRef, deadline: float) -> PrepareOutcome:
         """One claim's prepare; a ``TemporaryError`` is retried after its delay while the
@@ -347,16 +267,16 @@ class ClaimEngine:
                 async with self.store.claim_lock(ref.uid):
                     return await self._prepare_planned(ref)
             except errors.TemporaryError as exc:
-                if time.monotonic() + exc.delay >= deadline:
+                delay = answers.retry_in(exc, deadline)
+                if delay is None:
                     raise
-                log.info("prepare failed temporarily (%s); retrying in %g s", exc, exc.delay)
-                await asyncio.sleep(exc.delay)
+                await asyncio.sleep(delay)
 
     async def _prepare_planned(self, ref: ClaimRef) -> PrepareOutcome:
         view = await self.observer.one(ref.uid)
         for action in plan.plan_prepare(view):
             if action is plan.Action.ANSWER_PREPARED:
-                return self._prepared_answer(ref, view)
+                return answers.prepared(ref, view)
             if action is plan.Action.REFUSE:
                 raise errors.ClaimError(ref.uid, f"not preparing new claims: {view.fail_closed}")
             if action is plan.Action.PREPARE:
@@ -364,19 +284,6 @@ class ClaimEngine:
                 return PrepareOutcome(devices=record.devices)
             await self.repairs.run_step(action, view, reason="retry after interrupted work")
         raise AssertionError("plan_prepare always ends in an answer")
-
-    @staticmethod
-    def _prepared_answer(ref: ClaimRef, view: ClaimView) -> PrepareOutcome:
-        """A claim prepared already: its devices, if the kubelet names it as recorded."""
-        record = view.record
-        assert record is not None
-        if (record.namespace, record.name) != (ref.namespace, ref.name):
-            raise errors.ClaimError(
-                ref.uid,
-                f"claim UID {ref.uid} is prepared as {record.namespace}/{record.name}, "
-                f"not {ref.namespace}/{ref.name}",
-            )
-        return PrepareOutcome(devices=record.devices)
 
     async def _unprepare_claim(self, ref: ClaimRef, deadline: float) -> PrepareOutcome:
         async with self.store.claim_lock(ref.uid):

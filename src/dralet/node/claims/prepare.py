@@ -16,14 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dralet import errors, failpoints
-from dralet.cdi import names as cdi_names
-from dralet.cdi import spec as cdi_spec
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint.database import Drop
-from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
+from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef, PartialPrepareError, PreparedDevice
-from dralet.node.claims import devicemetadata, devicestatus, records, source
+from dralet.node.claims import devicemetadata, devicestatus, records, source, specio
 from dralet.node.claims.calls import Calls
 from dralet.node.claims.group import (
     NOT_DONE,
@@ -36,7 +34,7 @@ from dralet.node.claims.group import (
 )
 from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.store import RecordStore, now_stamp
-from dralet.node.claims.teardown import Teardown
+from dralet.node.claims.teardown import Teardown, apply_device_status
 from dralet.node.invoke import BackendTimeoutError
 from dralet.node.settings import DriverSettings
 
@@ -128,7 +126,7 @@ class Prepare:
         begun: list[_Fresh] = []
         for index, (ref, claim) in enumerate(zip(refs, claims, strict=True)):
             try:
-                begun.append(self._intended(index, ref, claim))
+                begun.append(_intended(self.settings, self.store.boot_id, index, ref, claim))
             except Exception as exc:  # noqa: BLE001 - this claim's own answer
                 out[index] = exc
         failed: list[tuple[_Fresh, Exception]] = []
@@ -143,37 +141,6 @@ class Prepare:
         for (fresh, _), error in zip(failed, undone, strict=True):
             out[fresh.index] = error
         return out
-
-    def _intended(
-        self, index: int, ref: ClaimRef, claim: Mapping[str, Any] | Exception | None
-    ) -> _Fresh:
-        """The claim's ``PrepareStarted`` record, from the claim as read."""
-        if isinstance(claim, Exception):
-            raise claim
-        allocated = source.select_allocation(
-            claim, ref, driver=self.settings.driver_name, pool=self.settings.pool_name
-        )
-        assert claim is not None
-        if claim.get("metadata", {}).get("deletionTimestamp"):
-            raise errors.ClaimError(
-                ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} is being deleted"
-            )
-        configs = source.claim_configs(claim, self.settings.driver_name)
-        # Intent first: the record says the finalizer may be on the claim before it is
-        # added, so any failure or crash from here on ends in a teardown that removes it.
-        started = ClaimRecord(
-            uid=ref.uid,
-            namespace=ref.namespace,
-            name=ref.name,
-            state=ClaimState.PREPARE_STARTED,
-            devices=records.device_records(
-                ref.uid, allocated, configs, cdi_kind=self.settings.cdi_kind
-            ),
-            finalizer_added=True,
-            boot_id=self.store.boot_id,
-            updated_at=now_stamp(),
-        )
-        return _Fresh(index, ref, claim, started)
 
     async def _record_intents(
         self, begun: Sequence[_Fresh], out: list[ClaimRecord | BaseException]
@@ -213,16 +180,7 @@ class Prepare:
             return await self.calls.add_finalizer(fresh.ref, current=fresh.claim)
 
         added = await each(live, add, limit=self.calls.api_limit)
-        return survivors(live, added, failed, self._finalizer_added)
-
-    @staticmethod
-    def _finalizer_added(fresh: _Fresh, added: bool) -> None:
-        if not added:
-            raise errors.ClaimError(
-                fresh.ref.uid,
-                f"ResourceClaim {fresh.ref.namespace}/{fresh.ref.name} disappeared while preparing",
-            )
-        failpoints.hit(FP_AFTER_FINALIZER)
+        return survivors(live, added, failed, _finalizer_added)
 
     async def _finish(
         self,
@@ -236,7 +194,11 @@ class Prepare:
         live = await self._write_files(live, failed)
         live = await self._complete(live, failed)
         if self.settings.write_device_status:
-            written = await each(live, self._write_device_status, limit=self.calls.api_limit)
+
+            async def write_status(fresh: _Fresh) -> None:
+                await _write_device_status(self.settings, self.calls, self.metrics, fresh)
+
+            written = await each(live, write_status, limit=self.calls.api_limit)
             for fresh, problem in zip(live, written, strict=True):
                 if problem is not None:  # advisory: the claim is prepared all the same
                     log.error(
@@ -319,7 +281,7 @@ class Prepare:
                     fresh.ref.uid,
                     f"backend returned no container edits for device {device.device}",
                 )
-            problem = _external_id_problem(device.external_cdi_ids, self.settings.cdi_kind)
+            problem = specio.external_id_problem(device.external_cdi_ids, self.settings.cdi_kind)
             if problem:
                 raise errors.ClaimError(fresh.ref.uid, f"device {device.device}: {problem}")
         failpoints.hit(FP_AFTER_BACKEND_PREPARE)
@@ -331,13 +293,13 @@ class Prepare:
         container never sees a missing file), each group written by one thread."""
         if self.settings.device_metadata and live:
             live = survivors(live, list(live), failed, self._metadata_documents)
-            written = await asyncio.to_thread(self._write_metadata, live)
+            written = await asyncio.to_thread(_write_metadata, self.metadata_files, live)
             live = survivors(live, written, failed, hit_after(FP_AFTER_METADATA))
         live = survivors(live, list(live), failed, self._spec_document)
         stamps = await self.spec_io.write_many(
             [(f.ref.uid, f.document) for f in live], checked=True
         )
-        return survivors(live, stamps, failed, self._spec_written)
+        return survivors(live, stamps, failed, _spec_written)
 
     def _metadata_documents(self, fresh: _Fresh, _: object) -> None:
         fresh.metadata = devicemetadata.documents(
@@ -349,18 +311,8 @@ class Prepare:
             versions=self.settings.device_metadata_versions,
         )
 
-    def _write_metadata(self, live: Sequence[_Fresh]) -> list[Exception | None]:
-        written: list[Exception | None] = []
-        for fresh in live:
-            try:
-                self.metadata_files.write(fresh.ref.uid, fresh.metadata)
-                written.append(None)
-            except Exception as exc:  # noqa: BLE001 - this claim's own error
-                written.append(exc)
-        return written
-
     def _spec_document(self, fresh: _Fresh, _: object) -> None:
-        fresh.document = _build_spec(
+        fresh.document = specio.build_spec(
             self.settings,
             self.metadata_files,
             fresh.ref,
@@ -369,11 +321,6 @@ class Prepare:
             fresh.metadata,
             fresh.claim,
         )
-
-    @staticmethod
-    def _spec_written(fresh: _Fresh, stamp: cdi_store.SpecStamp) -> None:
-        fresh.stamp = stamp
-        failpoints.hit(FP_AFTER_SPEC)
 
     async def _complete(
         self, live: Sequence[_Fresh], failed: list[tuple[_Fresh, Exception]]
@@ -399,7 +346,6 @@ class Prepare:
         call timed out: then what it did is unknown and its states are asked for.
         """
         fresh, exc = failure
-        uid = fresh.ref.uid
         try:
             with bound(fresh.ref):
                 await self.teardown.teardown(
@@ -407,78 +353,103 @@ class Prepare:
                     reason=f"prepare failed: {exc}",
                     in_process=not isinstance(exc, BackendTimeoutError),
                 )
-        except (asyncio.CancelledError, errors.IrreversibleError):
+        except errors.GOES_UP:
             raise
         except Exception as undo:  # noqa: BLE001 - reported in the claim's answer
-            error = errors.ClaimError(
-                uid,
-                f"prepare failed: {exc}; its rollback could not finish ({undo}) and is "
-                "finished by the next call or start",
-            )
-            error.__cause__ = exc
-            return error
-        if isinstance(exc, errors.ClaimError | errors.TemporaryError):
-            return exc
-        error = errors.ClaimError(uid, f"prepare failed: {type(exc).__name__}: {exc}")
-        error.__cause__ = exc
-        return error
-
-    async def _write_device_status(self, fresh: _Fresh) -> None:
-        """Best effort: the claim is prepared whatever becomes of its status."""
-        driver = self.settings.driver_name
-        ref = fresh.ref
-        try:
-            entries = devicestatus.entries(
-                driver, fresh.record.devices, fresh.results, claim=fresh.claim
-            )
-        except devicestatus.DeviceStatusError as error:
-            self.metrics.device_status_writes.labels(result="refused").inc()
-            log.warning("device status not written: %s", error, extra={"claim_uid": ref.uid})
-            return
-        await self.teardown.apply_device_status(ref, entries)
+            return _failed(fresh.ref.uid, exc, undo)
+        return _failed(fresh.ref.uid, exc, None)
 
 
-def _external_id_problem(ids: Sequence[str], kind: str) -> str:
-    """Why the backend's external CDI ids cannot be given to the kubelet, if so."""
-    for external in ids:
-        try:
-            parsed = cdi_names.parse_qualified_name(external)
-        except cdi_names.CDINameError as exc:
-            return f"external CDI id {external!r}: {exc}"
-        if parsed.kind == kind:
-            return (
-                f"external CDI id {external!r} has the driver's own kind "
-                f"{kind}: its specs are dralet's to write"
-            )
-    return ""
-
-
-def _build_spec(
-    settings: DriverSettings,
-    metadata_files: devicemetadata.MetadataFiles,
-    ref: ClaimRef,
-    devices: Sequence[DeviceRecord],
-    results: Sequence[PreparedDevice],
-    metadata: Mapping[str, str],
-    claim: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """The claim's CDI spec: a CDI device per device (and per further edits); the
-    device metadata mounts go with each request's first device."""
-    mounts = (
-        devicemetadata.mounts(
-            settings.driver_name, ref, devices, list(metadata), metadata_files, claim
+def _finalizer_added(fresh: _Fresh, added: bool) -> None:
+    if not added:
+        raise errors.ClaimError(
+            fresh.ref.uid,
+            f"ResourceClaim {fresh.ref.namespace}/{fresh.ref.name} disappeared while preparing",
         )
-        if metadata
-        else {}
+    failpoints.hit(FP_AFTER_FINALIZER)
+
+
+def _spec_written(fresh: _Fresh, stamp: cdi_store.SpecStamp) -> None:
+    fresh.stamp = stamp
+    failpoints.hit(FP_AFTER_SPEC)
+
+
+def _write_metadata(
+    files: devicemetadata.MetadataFiles, live: Sequence[_Fresh]
+) -> list[Exception | None]:
+    written: list[Exception | None] = []
+    for fresh in live:
+        try:
+            files.write(fresh.ref.uid, fresh.metadata)
+            written.append(None)
+        except Exception as exc:  # noqa: BLE001 - this claim's own error
+            written.append(exc)
+    return written
+
+
+def _failed(uid: str, exc: Exception, undo: Exception | None) -> BaseException:
+    """The answer of a claim whose prepare failed with ``exc`` and whose rollback
+    failed with ``undo`` (None: it was rolled back)."""
+    if undo is not None:
+        error = errors.ClaimError(
+            uid,
+            f"prepare failed: {exc}; its rollback could not finish ({undo}) and is "
+            "finished by the next call or start",
+        )
+    elif isinstance(exc, errors.ClaimError | errors.TemporaryError):
+        return exc
+    else:
+        error = errors.ClaimError(uid, f"prepare failed: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _intended(
+    settings: DriverSettings,
+    boot_id: str,
+    index: int,
+    ref: ClaimRef,
+    claim: Mapping[str, Any] | Exception | None,
+) -> _Fresh:
+    """The claim's ``PrepareStarted`` record, from the claim as read."""
+    if isinstance(claim, Exception):
+        raise claim
+    allocated = source.select_allocation(
+        claim, ref, driver=settings.driver_name, pool=settings.pool_name
     )
-    cdi_devices = []
-    for index, (d, r) in enumerate(zip(devices, results, strict=True)):
-        edits = r.edits
-        if index in mounts:
-            edits = edits.merged(cdi_spec.ContainerEdits(mounts=tuple(mounts[index])))
-        names = records.cdi_names(records.cdi_device_name(ref.uid, d), len(r.more_edits))
-        for name, device_edits in zip(names, (edits, *r.more_edits), strict=True):
-            cdi_devices.append(cdi_spec.CDIDevice(name=name, container_edits=device_edits))
-    # Validated here, as a value: the spec store then writes it without parsing the
-    # document back (``to_json`` is pinned to ``from_json`` by a property test).
-    return cdi_spec.to_json(cdi_spec.Spec(kind=settings.cdi_kind, devices=tuple(cdi_devices)))
+    assert claim is not None
+    if claim.get("metadata", {}).get("deletionTimestamp"):
+        raise errors.ClaimError(
+            ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} is being deleted"
+        )
+    configs = source.claim_configs(claim, settings.driver_name)
+    # Intent first: the record says the finalizer may be on the claim before it is
+    # added, so any failure or crash from here on ends in a teardown that removes it.
+    started = ClaimRecord(
+        uid=ref.uid,
+        namespace=ref.namespace,
+        name=ref.name,
+        state=ClaimState.PREPARE_STARTED,
+        devices=records.device_records(ref.uid, allocated, configs, cdi_kind=settings.cdi_kind),
+        finalizer_added=True,
+        boot_id=boot_id,
+        updated_at=now_stamp(),
+    )
+    return _Fresh(index, ref, claim, started)
+
+
+async def _write_device_status(
+    settings: DriverSettings, calls: Calls, metrics: DriverMetrics, fresh: _Fresh
+) -> None:
+    """Best effort: the claim is prepared whatever becomes of its status."""
+    driver = settings.driver_name
+    ref = fresh.ref
+    try:
+        entries = devicestatus.entries(
+            driver, fresh.record.devices, fresh.results, claim=fresh.claim
+        )
+    except devicestatus.DeviceStatusError as error:
+        metrics.device_status_writes.labels(result="refused").inc()
+        log.warning("device status not written: %s", error, extra={"claim_uid": ref.uid})
+        return
+    await apply_device_status(calls, metrics, ref, driver, entries)

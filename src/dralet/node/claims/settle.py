@@ -110,7 +110,7 @@ async def _recover(parts: Parts, *, retry_later: bool) -> RecoveryReport:
 async def _try(parts: Parts, report: RecoveryReport, subject: str, step: object) -> bool:
     try:
         await step()  # type: ignore[operator]
-    except (asyncio.CancelledError, errors.IrreversibleError):
+    except errors.GOES_UP:
         raise
     except Exception as exc:  # noqa: BLE001 - one claim's failure never stops the others
         _defer(parts, report, subject, exc)
@@ -121,7 +121,7 @@ async def _try(parts: Parts, report: RecoveryReport, subject: str, step: object)
 
 def _defer(parts: Parts, report: RecoveryReport, subject: str, exc: BaseException) -> None:
     """``subject``'s step failed: retried later (an irreversible failure goes up)."""
-    if isinstance(exc, asyncio.CancelledError | errors.IrreversibleError):
+    if errors.goes_up(exc):
         raise exc
     log.error("recovery of %s deferred: %s", subject, exc)
     report.deferred.append((subject, str(exc)))
@@ -355,7 +355,7 @@ async def _collect_stale(parts: Parts, *, now: float | None, force: bool) -> lis
             continue
         claim = next(claims)
         if isinstance(claim, BaseException):
-            if isinstance(claim, asyncio.CancelledError | errors.IrreversibleError):
+            if isinstance(claim, BaseException) and errors.goes_up(claim):
                 raise claim
             log.warning("could not read claim %s for stale-claim cleanup: %s", uid, claim)
             continue
@@ -401,7 +401,7 @@ async def _collect_stale(parts: Parts, *, now: float | None, force: bool) -> lis
     cleaned: list[str] = []
     subjects = [*released, *(uid for uid, _ in stale_now)]
     for uid, outcome in zip(subjects, outcomes, strict=True):
-        if isinstance(outcome, asyncio.CancelledError | errors.IrreversibleError):
+        if isinstance(outcome, BaseException) and errors.goes_up(outcome):
             raise outcome
         if isinstance(outcome, BaseException):
             # That claim alone: it stays recorded and is tried again next pass.

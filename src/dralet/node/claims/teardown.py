@@ -39,7 +39,7 @@ from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.store import RecordStore
 from dralet.node.settings import DriverSettings
 
-__all__ = ["Teardown"]
+__all__ = ["Teardown", "apply_device_status"]
 
 log = logging.getLogger("dralet.node.claims")
 
@@ -257,7 +257,7 @@ class Teardown:
         going = survivors(going, removed, failed, ignore)
         with_metadata = [d for d in going if self.metadata_files.has_any(d.record.uid)]
         if with_metadata:
-            gone = await asyncio.to_thread(self._remove_metadata_of, with_metadata)
+            gone = await asyncio.to_thread(_remove_metadata_of, self.metadata_files, with_metadata)
             survivors(with_metadata, gone, failed, ignore)
             going = _going(going, failed)
 
@@ -274,15 +274,6 @@ class Teardown:
         later = {id(item) for item, _ in late}
         return [d for d in _going(down, failed) if id(d) not in later], late
 
-    def _remove_metadata_of(self, down: Sequence[_Down]) -> list[bool | Exception]:
-        gone: list[bool | Exception] = []
-        for item in down:
-            try:
-                gone.append(self.metadata_files.remove(item.record.uid))
-            except Exception as exc:  # noqa: BLE001 - this claim's own error
-                gone.append(exc)
-        return gone
-
     async def _remove_finalizers(
         self, down: Sequence[_Down], failed: list[tuple[_Down, Exception]]
     ) -> list[_Down]:
@@ -295,7 +286,9 @@ class Teardown:
         if self.settings.write_device_status:
 
             async def clear_status(item: _Down) -> None:
-                await self.apply_device_status(ref_of(item.record), [])
+                await apply_device_status(
+                    self.calls, self.metrics, ref_of(item.record), self.settings.driver_name, []
+                )
 
             await each(holding, clear_status, limit=self.calls.api_limit)
 
@@ -329,7 +322,7 @@ class Teardown:
     async def _release(self, record: ClaimRecord) -> None:
         try:
             await self.calls.release_claim(ref_of(record), record.devices)
-        except (asyncio.CancelledError, errors.IrreversibleError):
+        except errors.GOES_UP:
             raise
         except Exception as exc:
             devices = ", ".join(d.device for d in record.devices)
@@ -344,24 +337,8 @@ class Teardown:
         held."""
         if all(d.prepared for d in record.devices):
             return record
-        recovered = await self._recover_device_states(ref, record.devices)
+        recovered = await _recover_device_states(self.calls, ref, record.devices)
         return evolve(record, devices=recovered)
-
-    async def _recover_device_states(
-        self, ref: ClaimRef, devices: Sequence[DeviceRecord]
-    ) -> tuple[DeviceRecord, ...]:
-        try:
-            results: Sequence[PreparedDevice | None] = await self.calls.prepare_claim(ref, devices)
-        except asyncio.CancelledError:
-            raise
-        except PartialPrepareError as partial:
-            results = partial.prepared
-        except Exception:  # noqa: BLE001 - devices that cannot be prepared are not held
-            return tuple(devices)
-        return tuple(
-            d if d.prepared or r is None else d.with_prepared_state(r.state)
-            for d, r in zip(devices, results, strict=True)
-        )
 
     async def unprepare_from_proof(self, ref: ClaimRef) -> None:
         """Fail-closed unprepare: the CDI dir and the backend prove what was prepared.
@@ -375,49 +352,92 @@ class Teardown:
         await self.spec_io.remove(ref.uid)
         in_use = await self.calls.backend.devices_in_use()
         held = sorted(device for device, holders in in_use.items() if ref.uid in holders)
-        known = {d.device: d for d in await self._allocation_if_known(ref)}
+        known = {d.device: d for d in await _allocation_if_known(self.settings, self.calls, ref)}
         recorded = [known[device] for device in held if device in known]
         for device in held:
             if device not in known:
                 await self.calls.release_unrecorded(ref, self.settings.pool_name, device)
         if recorded:
-            await self.calls.release_claim(ref, await self._recover_device_states(ref, recorded))
+            await self.calls.release_claim(
+                ref, await _recover_device_states(self.calls, ref, recorded)
+            )
         if not await self.calls.remove_finalizer(ref):
             raise errors.ClaimError(ref.uid, "could not remove the claim's finalizer; will retry")
 
-    async def _allocation_if_known(self, ref: ClaimRef) -> tuple[DeviceRecord, ...]:
-        try:
-            claim = await self.calls.get_claim(ref)
-            allocated = source.select_allocation(
-                claim,
-                ref,
-                driver=self.settings.driver_name,
-                pool=self.settings.pool_name,
-                require_reserved=False,
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # noqa: BLE001 - gone or unreachable: release without a state
-            return ()
-        return records.device_records(
-            ref.uid,
-            allocated,
-            source.claim_configs(claim, self.settings.driver_name),
-            cdi_kind=self.settings.cdi_kind,
-        )
 
-    async def apply_device_status(self, ref: ClaimRef, entries: list[dict[str, Any]]) -> None:
+def _remove_metadata_of(
+    files: devicemetadata.MetadataFiles, down: Sequence[_Down]
+) -> list[bool | Exception]:
+    gone: list[bool | Exception] = []
+    for item in down:
         try:
-            await self.calls.apply_device_status(ref, self.settings.driver_name, entries)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - status is advisory; the claim goes on
-            self.metrics.device_status_writes.labels(result="failed").inc()
-            log.warning(
-                "could not %s device status: %s",
-                "write" if entries else "remove",
-                exc,
-                extra={"claim_uid": ref.uid},
-            )
-            return
-        self.metrics.device_status_writes.labels(result="ok").inc()
+            gone.append(files.remove(item.record.uid))
+        except Exception as exc:  # noqa: BLE001 - this claim's own error
+            gone.append(exc)
+    return gone
+
+
+async def _recover_device_states(
+    calls: Calls, ref: ClaimRef, devices: Sequence[DeviceRecord]
+) -> tuple[DeviceRecord, ...]:
+    try:
+        results: Sequence[PreparedDevice | None] = await calls.prepare_claim(ref, devices)
+    except errors.GOES_UP:
+        raise
+    except PartialPrepareError as partial:
+        results = partial.prepared
+    except Exception:  # noqa: BLE001 - devices that cannot be prepared are not held
+        return tuple(devices)
+    return tuple(
+        d if d.prepared or r is None else d.with_prepared_state(r.state)
+        for d, r in zip(devices, results, strict=True)
+    )
+
+
+async def _allocation_if_known(
+    settings: DriverSettings, calls: Calls, ref: ClaimRef
+) -> tuple[DeviceRecord, ...]:
+    try:
+        claim = await calls.get_claim(ref)
+        allocated = source.select_allocation(
+            claim,
+            ref,
+            driver=settings.driver_name,
+            pool=settings.pool_name,
+            require_reserved=False,
+        )
+    except errors.GOES_UP:
+        raise
+    except Exception:  # noqa: BLE001 - gone or unreachable: release without a state
+        return ()
+    return records.device_records(
+        ref.uid,
+        allocated,
+        source.claim_configs(claim, settings.driver_name),
+        cdi_kind=settings.cdi_kind,
+    )
+
+
+async def apply_device_status(
+    calls: Calls,
+    metrics: DriverMetrics,
+    ref: ClaimRef,
+    driver: str,
+    entries: list[dict[str, Any]],
+) -> None:
+    """This driver's device status entries of the claim (``[]`` removes them); best
+    effort: status is advisory, the claim goes on whatever becomes of it."""
+    try:
+        await calls.apply_device_status(ref, driver, entries)
+    except errors.GOES_UP:
+        raise
+    except Exception as exc:  # noqa: BLE001 - status is advisory; the claim goes on
+        metrics.device_status_writes.labels(result="failed").inc()
+        log.warning(
+            "could not %s device status: %s",
+            "write" if entries else "remove",
+            exc,
+            extra={"claim_uid": ref.uid},
+        )
+        return
+    metrics.device_status_writes.labels(result="ok").inc()
