@@ -23,21 +23,21 @@ from tests.claimstore import damage_store
 from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
 
 PREPARE_POINTS = [
-    "ledger.prepare.after-started",
+    "claim.prepare.after-started",
     "api.add-finalizer.after",
-    "ledger.prepare.after-finalizer",
+    "claim.prepare.after-finalizer",
     "backend.prepare.before",
     "backend.prepare.after",
-    "ledger.prepare.after-backend",
+    "claim.prepare.after-backend",
     "cdi.write.after-rename",
-    "ledger.prepare.after-spec",
+    "claim.prepare.after-spec",
 ]
 UNPREPARE_POINTS = [
-    "ledger.unprepare.after-started",
+    "claim.unprepare.after-started",
     "cdi.remove.after-unlink",
     "backend.release.before",
     "backend.release.after",
-    "ledger.unprepare.after-release",
+    "claim.unprepare.after-release",
     "api.remove-finalizer.after",
 ]
 

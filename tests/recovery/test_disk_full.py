@@ -84,7 +84,7 @@ async def test_recovery_on_a_full_or_read_only_disk_serves_and_finishes_later(
     node = on_small_fs(tmp_path, small_fs)
     await node.ledger.recover()
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(6)]
-    with crash_at("ledger.prepare.after-spec", nth=3), pytest.raises(SimulatedCrash):
+    with crash_at("claim.prepare.after-spec", nth=3), pytest.raises(SimulatedCrash):
         await node.prepare(*refs)  # killed mid-batch: several claims half-prepared
     node.ledger.store.shutdown()  # the killed process holds no file open any more
     filler = smalldisk.fill(small_fs, free_pages=0) if fault == "full" else None

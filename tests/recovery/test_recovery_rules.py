@@ -18,20 +18,20 @@ from tests.recovery.nodekit import FINALIZER, LedgerNode, SimulatedCrash, crash_
 
 PREPARE_CRASH_POINTS = [
     "api.add-finalizer.after",
-    "ledger.prepare.after-finalizer",
+    "claim.prepare.after-finalizer",
     "backend.prepare.after",
-    "ledger.prepare.after-backend",
+    "claim.prepare.after-backend",
     "cdi.write.after-rename",
-    "ledger.prepare.after-spec",
+    "claim.prepare.after-spec",
 ]
 UNPREPARE_CRASH_POINTS = [
-    "ledger.unprepare.after-started",
+    "claim.unprepare.after-started",
     "cdi.remove.after-unlink",
     "backend.release.after",
-    "ledger.unprepare.after-release",
+    "claim.unprepare.after-release",
 ]
 OWED_CRASH_POINTS = [
-    "ledger.unprepare.answered-finalizer-owed",
+    "claim.unprepare.answered-finalizer-owed",
     "api.remove-finalizer.before",
     "api.remove-finalizer.after",
 ]
@@ -188,10 +188,10 @@ async def _messy_node(root: Path) -> tuple[LedgerNode, dict[str, str]]:
     refs = {n: node.add_claim(n, f"gpu-{i}") for i, n in enumerate(["kept", "half", "leaving"])}
     await node.prepare(refs["kept"], refs["leaving"])
     node.spec_path(refs["kept"]).unlink()
-    with crash_at("ledger.prepare.after-spec"), pytest.raises(SimulatedCrash):
+    with crash_at("claim.prepare.after-spec"), pytest.raises(SimulatedCrash):
         await node.prepare(refs["half"])
     node.restart()
-    with crash_at("ledger.unprepare.after-started"), pytest.raises(SimulatedCrash):
+    with crash_at("claim.unprepare.after-started"), pytest.raises(SimulatedCrash):
         await node.unprepare(refs["leaving"])
     held = {**node.backend.in_use(), "gpu-3": "99999999-0000-0000-0000-000000000000"}
     node.backend._save({"inUse": held, "shares": {}})

@@ -13,7 +13,7 @@ import pytest
 
 from dralet import failpoints
 from dralet.node.backend import AllocatedDevice
-from dralet.node.claims import settle
+from dralet.node.claims import nodewide
 from tests.recovery.nodekit import LedgerNode
 
 CLAIMS = 24
@@ -71,7 +71,7 @@ async def test_reboot_revalidation_in_chunks_settles_each_claim_alone(
     """More claims than one chunk: each chunk is stamped in one commit; a claim whose
     device did not survive is rolled back and a claim whose spec cannot be written is
     deferred, without holding back any other claim of its chunk."""
-    monkeypatch.setattr(settle, "REVALIDATE_CHUNK", 5)
+    monkeypatch.setattr(nodewide, "REVALIDATE_CHUNK", 5)
     node = LedgerNode.create(tmp_path, gpus=CLAIMS)
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
     assert all(not o.error for o in (await node.prepare(*refs)).values())

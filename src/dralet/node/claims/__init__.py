@@ -1,7 +1,7 @@
 """The claim engine: one explicit state machine for every claim on a node.
 
 Read top down, each module importing only those below it:
-``engine`` (the RPC paths: prepare and unprepare calls) · ``settle`` (node-wide work:
+``engine`` (the RPC paths: prepare and unprepare calls) · ``nodewide`` (node-wide work:
 recovery at start, stale-claim cleanup, ``audit --fix``) · ``parts`` (what both work
 on) · ``prepare`` / ``teardown`` / ``repairs`` (the routes: each durable step under the
 claim lock, with its failpoints) · ``plan`` (pure: goal + observation → steps; also
@@ -13,7 +13,7 @@ devices as recorded) · ``store`` (the records, over ``dralet.checkpoint``) ·
 """
 
 from dralet.node.claims.engine import ClaimEngine, Mode, PrepareOutcome
-from dralet.node.claims.settle import RecoveryReport
+from dralet.node.claims.nodewide import RecoveryReport
 from dralet.node.claims.source import (
     ClaimSource,
     EventSink,

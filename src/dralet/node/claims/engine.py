@@ -13,7 +13,7 @@ Every path is observe → plan → execute under the claim's lock. A claim UID f
     on alone: _one → _prepare_claim (claim lock, retries) → _prepare_planned.
     Unprepare runs the same way: _unprepare_group → teardown.Teardown.teardown_many.
 
-Recovery at start, stale-claim cleanup and ``dralet audit --fix`` (``settle``) plan
+Recovery at start, stale-claim cleanup and ``dralet audit --fix`` (``nodewide``) plan
 with the same ``plan`` functions and execute through the same routes.
 """
 
@@ -31,7 +31,7 @@ from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef
-from dralet.node.claims import answers, plan, settle
+from dralet.node.claims import answers, nodewide, plan
 from dralet.node.claims.observe import ClaimView, Mode
 from dralet.node.claims.parts import Parts
 from dralet.node.claims.schedule import Alone, Call, Held, PrepareOutcome, Scheduler
@@ -311,18 +311,18 @@ class ClaimEngine:
 
     # ------------------------------------------------------------------ node-wide work
 
-    async def recover(self) -> settle.RecoveryReport:
-        """Reconcile records, CDI directory and backend at start (``settle.recover``)."""
-        return await settle.recover(self.parts)
+    async def recover(self) -> nodewide.RecoveryReport:
+        """Reconcile records, CDI directory and backend at start (``nodewide.recover``)."""
+        return await nodewide.recover(self.parts)
 
     async def collect_stale(self, *, now: float | None = None, force: bool = False) -> list[str]:
         """Unprepare claims whose ResourceClaim is gone, replaced or no longer ours."""
-        return await settle.collect_stale(self.parts, now=now, force=force)
+        return await nodewide.collect_stale(self.parts, now=now, force=force)
 
-    async def fix(self, findings: Sequence[plan.Finding]) -> settle.RecoveryReport:
+    async def fix(self, findings: Sequence[plan.Finding]) -> nodewide.RecoveryReport:
         """Execute the planned step of every finding (``dralet audit --fix``)."""
-        return await settle.fix(self.parts, findings)
+        return await nodewide.fix(self.parts, findings)
 
-    async def accept_lost_store(self) -> settle.RecoveryReport:
-        """The operator's word that the records are lost for good (``settle``)."""
-        return await settle.accept_lost_store(self.parts)
+    async def accept_lost_store(self) -> nodewide.RecoveryReport:
+        """The operator's word that the records are lost for good (``nodewide``)."""
+        return await nodewide.accept_lost_store(self.parts)

@@ -2,7 +2,7 @@
 
 The records (``store``), the CDI specs and device metadata files, the calls out of the
 process, the observer, the three routes (``prepares``, ``teardowns``, ``repairs``) and
-the node's mode. The RPC paths (``engine``) and the node-wide work (``settle``) both
+the node's mode. The RPC paths (``engine``) and the node-wide work (``nodewide``) both
 work on one ``Parts``; neither reaches into the other.
 """
 

@@ -21,7 +21,7 @@ from dralet.checkpoint.database import Drop
 from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef, PartialPrepareError, PreparedDevice
-from dralet.node.claims import devicemetadata, devicestatus, records, source, specio
+from dralet.node.claims import devicemetadata, devicestatus, records, source, specio, states
 from dralet.node.claims.calls import Calls
 from dralet.node.claims.group import (
     NOT_DONE,
@@ -33,6 +33,13 @@ from dralet.node.claims.group import (
     survivors,
 )
 from dralet.node.claims.specio import SpecWriter
+from dralet.node.claims.states import (
+    FP_AFTER_BACKEND_PREPARE,
+    FP_AFTER_FINALIZER,
+    FP_AFTER_METADATA,
+    FP_AFTER_SPEC,
+    FP_AFTER_STARTED,
+)
 from dralet.node.claims.store import RecordStore, now_stamp
 from dralet.node.claims.teardown import Teardown, apply_device_status
 from dralet.node.invoke import BackendTimeoutError
@@ -41,19 +48,6 @@ from dralet.node.settings import DriverSettings
 __all__ = ["Prepare"]
 
 log = logging.getLogger("dralet.node.claims")
-
-FP_AFTER_STARTED = "ledger.prepare.after-started"
-FP_AFTER_FINALIZER = "ledger.prepare.after-finalizer"
-FP_AFTER_BACKEND_PREPARE = "ledger.prepare.after-backend"
-FP_AFTER_METADATA = "ledger.prepare.after-metadata"
-FP_AFTER_SPEC = "ledger.prepare.after-spec"
-failpoints.declare(
-    FP_AFTER_STARTED,
-    FP_AFTER_FINALIZER,
-    FP_AFTER_BACKEND_PREPARE,
-    FP_AFTER_METADATA,
-    FP_AFTER_SPEC,
-)
 
 
 @dataclass(eq=False)
@@ -327,7 +321,8 @@ class Prepare:
     ) -> list[_Fresh]:
         stored = await self.store.put_many(
             [
-                f.record.with_state(
+                states.moved(
+                    f.record,
                     ClaimState.PREPARE_COMPLETED,
                     cdi_spec=f.document,
                     cdi_spec_stamp=f.stamp,

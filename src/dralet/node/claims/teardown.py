@@ -23,7 +23,7 @@ from dralet.checkpoint.database import Drop
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord, evolve
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef, PartialPrepareError, PreparedDevice
-from dralet.node.claims import devicemetadata, records, source
+from dralet.node.claims import devicemetadata, records, source, states
 from dralet.node.claims.calls import Calls
 from dralet.node.claims.group import (
     all_of,
@@ -36,23 +36,18 @@ from dralet.node.claims.group import (
     survivors,
 )
 from dralet.node.claims.specio import SpecWriter
+from dralet.node.claims.states import (
+    FP_AFTER_FINALIZER_REMOVED,
+    FP_AFTER_RELEASE,
+    FP_AFTER_UNPREPARE_STARTED,
+    FP_ANSWERED_FINALIZER_OWED,
+)
 from dralet.node.claims.store import RecordStore
 from dralet.node.settings import DriverSettings
 
 __all__ = ["Teardown", "apply_device_status"]
 
 log = logging.getLogger("dralet.node.claims")
-
-FP_AFTER_UNPREPARE_STARTED = "ledger.unprepare.after-started"
-FP_AFTER_RELEASE = "ledger.unprepare.after-release"
-FP_AFTER_FINALIZER_REMOVED = "ledger.unprepare.after-finalizer"
-FP_ANSWERED_FINALIZER_OWED = "ledger.unprepare.answered-finalizer-owed"
-failpoints.declare(
-    FP_AFTER_UNPREPARE_STARTED,
-    FP_AFTER_RELEASE,
-    FP_AFTER_FINALIZER_REMOVED,
-    FP_ANSWERED_FINALIZER_OWED,
-)
 
 
 @dataclass(eq=False)
@@ -187,7 +182,7 @@ class Teardown:
         """Record Released for the claims that hold a finalizer (one commit) and answer
         them: their spec is gone and their devices released, so the kubelet need not wait
         on the API. The record is what makes the removal owed: a restart or the next
-        cleanup pass retries it (``plan_settle``: Released → remove the finalizer)."""
+        cleanup pass retries it (``plan_repair``: Released → remove the finalizer)."""
         holding = [d for d in down if d.record.finalizer_added]
         if not holding:
             return set()
@@ -195,7 +190,7 @@ class Teardown:
         writing = [d for d in holding if d.record.state != ClaimState.RELEASED]
         if writing:
             stored = await self.store.put_many(
-                [d.record.with_state(ClaimState.RELEASED) for d in writing]
+                [states.moved(d.record, ClaimState.RELEASED) for d in writing]
             )
             owing += survivors(writing, stored, failed, _released)
         for item in owing:
@@ -229,7 +224,7 @@ class Teardown:
         if not starting:
             return list(down)
         stored = await self.store.put_many(
-            [d.record.with_state(ClaimState.UNPREPARE_STARTED) for d in starting]
+            [states.moved(d.record, ClaimState.UNPREPARE_STARTED) for d in starting]
         )
         outcomes: list[ClaimRecord | BaseException] = []
         for item, result in zip(starting, stored, strict=True):
@@ -239,7 +234,7 @@ class Teardown:
                         "rolling back without a durable UnprepareStarted",
                         exc_info=(type(result), result, result.__traceback__),
                     )
-                result = item.record.with_state(ClaimState.UNPREPARE_STARTED)
+                result = states.moved(item.record, ClaimState.UNPREPARE_STARTED)
             outcomes.append(result)
         survivors(starting, outcomes, failed, _unprepare_started)
         return _going(down, failed)
@@ -312,7 +307,7 @@ class Teardown:
                 kept.append(item)
         if kept:
             stored = await self.store.put_many(
-                [d.record.with_state(ClaimState.RELEASED) for d in kept]
+                [states.moved(d.record, ClaimState.RELEASED) for d in kept]
             )
             survivors(kept, stored, failed, ignore)
         removed_now = [d for d in holding if not d.stopped]

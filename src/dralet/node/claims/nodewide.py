@@ -1,8 +1,11 @@
 """Node-wide work through the planner: recovery at start, stale-claim cleanup, audit --fix.
 
-All three take a snapshot, plan with ``plan.plan_node`` (the same plan ``dralet audit``
-prints), and execute each claim's steps under that claim's lock after observing it
-again there (``ClaimEngine.observe``): another driver instance may have moved it on.
+Recovery and ``audit --fix`` take a snapshot and plan with ``plan.plan_node`` (the
+same plan ``dralet audit`` prints); the stale-claim pass reads each recorded claim from
+the API and plans it with ``plan.plan_stale`` (the rule ``plan_node`` applies to the
+claims it lists) and ``plan.plan_repair``. Each claim's steps run under that claim's
+lock after observing it again there (``Observer``): another driver instance may have
+moved it on. All of it works on the engine's ``Parts``, never on the engine.
 
 Recovery is per claim: a claim whose step fails (disk full, read-only CDI dir, I/O
 error) stays recorded and is retried with backoff while the driver serves; nothing a
@@ -188,7 +191,7 @@ async def _run_finding(
         if action is plan.Action.UNPREPARE_STALE:
             if view.record is None:
                 return "", ""
-        elif action not in plan.plan_settle(view):
+        elif action not in plan.plan_repair(view):
             return "", ""
         return await parts.repairs.run_step(action, view, reason=finding.message), finding.subject
 
@@ -207,7 +210,7 @@ async def _revalidate(
         for uid, view in zip(uids, await parts.observer.group(uids, known=known), strict=True):
             if isinstance(view, BaseException):
                 _defer(parts, report, uid, view)
-            elif view.record is not None and plan.Action.REVALIDATE in plan.plan_settle(view):
+            elif view.record is not None and plan.Action.REVALIDATE in plan.plan_repair(view):
                 views.append(view)
         records = [view.record for view in views if view.record is not None]
         survived = await parts.repairs.survives_reboot(records)
@@ -359,11 +362,8 @@ async def _collect_stale(parts: Parts, *, now: float | None, force: bool) -> lis
                 raise claim
             log.warning("could not read claim %s for stale-claim cleanup: %s", uid, claim)
             continue
-        stale = source.staleness(
-            claim,
-            refs[uid],
-            driver=parts.settings.driver_name,
-            pool=parts.settings.pool_name,
+        stale = plan.plan_stale(
+            record, claim, driver=parts.settings.driver_name, pool=parts.settings.pool_name
         )
         if stale is None:
             parts.stale.forget(uid)
@@ -379,7 +379,7 @@ async def _collect_stale(parts: Parts, *, now: float | None, force: bool) -> lis
     async def retry_release(uid: str) -> None:
         async with slots, parts.store.claim_lock(uid):
             view = await parts.observer.one(uid)
-            for step in plan.plan_settle(view):
+            for step in plan.plan_repair(view):
                 await parts.repairs.run_step(step, view, reason="finalizer removal retried")
 
     async def clean_all() -> list[str | BaseException]:
