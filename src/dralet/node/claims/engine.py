@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -29,15 +30,11 @@ from typing import TypeVar
 from dralet import errors, logs
 from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord
-from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef
 from dralet.node.claims import answers, nodewide, plan
 from dralet.node.claims.observe import ClaimView, Mode
 from dralet.node.claims.parts import Parts
 from dralet.node.claims.schedule import Alone, Call, Held, PrepareOutcome, Scheduler
-from dralet.node.claims.source import ClaimSource
-from dralet.node.invoke import AnyBackend, Invoker
-from dralet.node.settings import DriverSettings
 
 __all__ = ["ClaimEngine", "Mode", "PrepareOutcome"]
 
@@ -58,42 +55,13 @@ _Early = Callable[[int, ClaimRecord | None], None]
 record when prepared, None when gone."""
 
 
-class ClaimEngine:
-    def __init__(
-        self,
-        settings: DriverSettings,
-        *,
-        backend: AnyBackend | Invoker,
-        claims: ClaimSource | None,
-        metrics: DriverMetrics | None = None,
-    ) -> None:
-        self.settings = settings
-        self.parts = parts = Parts(settings, backend=backend, claims=claims, metrics=metrics)
-        self.metrics = parts.metrics
-        self.store = parts.store
-        self.specs = parts.specs
-        self.calls = parts.calls
-        self.metadata_files = parts.metadata_files
-        self.prepares = parts.prepares
-        self.teardowns = parts.teardowns
-        self.repairs = parts.repairs
-        self.observer = parts.observer
-        self.work = parts.work
-        self.pending_recovery = parts.pending_recovery
-        self.scheduler = Scheduler(settings, parts.work, group=self._group, alone=self._one)
+class ClaimEngine(Parts):
+    """The engine's parts (``Parts``) and the RPC paths over them; node-wide work is
+    ``nodewide``'s, on the same parts."""
 
-    @property
-    def backend(self) -> Invoker:
-        """The backend (of either contract) as the engine calls it."""
-        return self.calls.backend
-
-    @backend.setter
-    def backend(self, backend: AnyBackend | Invoker) -> None:
-        self.calls.backend = backend
-
-    @property
-    def fail_closed(self) -> str:
-        return self.parts.mode.fail_closed
+    @functools.cached_property
+    def scheduler(self) -> Scheduler:
+        return Scheduler(self.settings, self.work, group=self._group, alone=self._one)
 
     def snapshot(self) -> Snapshot:
         """Every record as stored now (raises ``CheckpointCorruptError``)."""
@@ -173,7 +141,7 @@ class ClaimEngine:
             )
             for (ref, _), result in zip(together, results, strict=True):
                 if result is None:
-                    self.parts.stale.forget(ref.uid)
+                    self.stale.forget(ref.uid)
             return results
 
         return await self._run_group(call, group, held, sort, run)
@@ -256,7 +224,7 @@ class ClaimEngine:
         return alone
 
     def _nothing_to_unprepare(self, ref: ClaimRef, _: ClaimView) -> PrepareOutcome:
-        self.parts.stale.forget(ref.uid)
+        self.stale.forget(ref.uid)
         return PrepareOutcome()
 
     async def _prepare_claim(self, ref: ClaimRef, deadline: float) -> PrepareOutcome:
@@ -291,11 +259,11 @@ class ClaimEngine:
             for action in plan.plan_unprepare(view):
                 if action is plan.Action.UNPREPARE_FROM_PROOF:
                     await self.teardowns.unprepare_from_proof(ref)
-                    if not self.parts.mode.fail_closed:
+                    if not self.mode.fail_closed:
                         await self.store.drop(ref.uid)  # this claim's unusable record
                 else:
                     await self.repairs.run_step(action, view, reason="unprepare")
-            self.parts.stale.forget(ref.uid)
+            self.stale.forget(ref.uid)
         return PrepareOutcome()
 
     async def settled(self) -> None:
@@ -306,23 +274,23 @@ class ClaimEngine:
 
     async def close(self) -> None:
         """Finish the spec and record writes already handed off; close the store."""
-        await asyncio.to_thread(self.parts.spec_io.stop)
+        await asyncio.to_thread(self.spec_io.stop)
         await self.store.close()
 
     # ------------------------------------------------------------------ node-wide work
 
     async def recover(self) -> nodewide.RecoveryReport:
         """Reconcile records, CDI directory and backend at start (``nodewide.recover``)."""
-        return await nodewide.recover(self.parts)
+        return await nodewide.recover(self)
 
     async def collect_stale(self, *, now: float | None = None, force: bool = False) -> list[str]:
         """Unprepare claims whose ResourceClaim is gone, replaced or no longer ours."""
-        return await nodewide.collect_stale(self.parts, now=now, force=force)
+        return await nodewide.collect_stale(self, now=now, force=force)
 
     async def fix(self, findings: Sequence[plan.Finding]) -> nodewide.RecoveryReport:
         """Execute the planned step of every finding (``dralet audit --fix``)."""
-        return await nodewide.fix(self.parts, findings)
+        return await nodewide.fix(self, findings)
 
     async def accept_lost_store(self) -> nodewide.RecoveryReport:
         """The operator's word that the records are lost for good (``nodewide``)."""
-        return await nodewide.accept_lost_store(self.parts)
+        return await nodewide.accept_lost_store(self)

@@ -13,23 +13,34 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from dralet import failpoints, logs
 from dralet.checkpoint.model import ClaimRecord
+from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef, ClaimUID
+from dralet.node.claims.calls import Calls
+from dralet.node.claims.devicemetadata import MetadataFiles
+from dralet.node.claims.specio import SpecWriter
+from dralet.node.claims.store import RecordStore
+from dralet.node.settings import DriverSettings
 from dralet.node.tasks import raise_failure
 
 __all__ = [
     "LATE_AFTER",
     "NOT_DONE",
+    "Route",
+    "RouteParts",
     "all_of",
     "backend_calls",
     "bound",
     "each",
+    "each_now",
     "each_until_late",
     "hit_after",
     "ignore",
+    "only",
     "ref_of",
     "survivors",
 ]
@@ -46,6 +57,51 @@ LATE_AFTER = 1.0
 group's are done before the group goes on without it (the claim then finishes alone):
 a device that hangs until ``backend_call_timeout`` holds back neither its group nor,
 through the group's slots, other calls."""
+
+
+@dataclass(frozen=True)
+class RouteParts:
+    """What every route (prepare, teardown, repairs) works with."""
+
+    settings: DriverSettings
+    store: RecordStore
+    spec_io: SpecWriter
+    metadata_files: MetadataFiles
+    calls: Calls
+    metrics: DriverMetrics
+
+
+class Route:
+    """A route's parts as its attributes; every method of a route expects the locks of
+    the claims it is given held."""
+
+    def __init__(self, parts: RouteParts) -> None:
+        self.settings = parts.settings
+        self.store = parts.store
+        self.spec_io = parts.spec_io
+        self.metadata_files = parts.metadata_files
+        self.calls = parts.calls
+        self.metrics = parts.metrics
+
+
+def only(results: Sequence[T | BaseException]) -> T:
+    """The result of a step run for a group of one claim; its error raised."""
+    (result,) = results
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def each_now(items: Sequence[_I], call: Callable[[_I], R]) -> list[R | Exception]:
+    """``call`` of every item in turn, here (a worker thread's file work for a group):
+    a result or the error each."""
+    found: list[R | Exception] = []
+    for item in items:
+        try:
+            found.append(call(item))
+        except Exception as exc:  # noqa: BLE001 - this item's own answer
+            found.append(exc)
+    return found
 
 
 def ref_of(record: ClaimRecord) -> ClaimRef:

@@ -15,6 +15,7 @@ from dralet.cdi import store as cdi_store
 from dralet.metrics import DriverMetrics
 from dralet.node.claims import devicemetadata, plan
 from dralet.node.claims.calls import Calls
+from dralet.node.claims.group import RouteParts
 from dralet.node.claims.observe import Mode, Observer, read_boot_id
 from dralet.node.claims.prepare import Prepare
 from dralet.node.claims.repairs import Repairs
@@ -46,6 +47,8 @@ class StaleWatch:
 
 
 class Parts:
+    """The parts, built from the settings, the backend and the claim source."""
+
     def __init__(
         self,
         settings: DriverSettings,
@@ -78,10 +81,12 @@ class Parts:
         )
         self.spec_io = SpecWriter(self.specs)
         self.metadata_files = devicemetadata.MetadataFiles(settings.plugin_dir)
-        shared = (self.store, self.spec_io, self.metadata_files, self.calls, self.metrics)
-        self.teardowns = Teardown(settings, *shared)
-        self.prepares = Prepare(settings, *shared, teardown=self.teardowns)
-        self.repairs = Repairs(settings, *shared, specs=self.specs, teardown=self.teardowns)
+        route = RouteParts(
+            settings, self.store, self.spec_io, self.metadata_files, self.calls, self.metrics
+        )
+        self.teardowns = Teardown(route)
+        self.prepares = Prepare(route, teardown=self.teardowns)
+        self.repairs = Repairs(route, specs=self.specs, teardown=self.teardowns)
         self.mode = Mode()
         self.work = TaskSet("claims")
         self.observer = Observer(
@@ -100,6 +105,15 @@ class Parts:
     def backend(self) -> Invoker:
         """The backend (of either contract) as the engine calls it."""
         return self.calls.backend
+
+    @backend.setter
+    def backend(self, backend: AnyBackend | Invoker) -> None:
+        self.calls.backend = backend
+
+    @property
+    def fail_closed(self) -> str:
+        """Why the node fails closed ('' while it serves)."""
+        return self.mode.fail_closed
 
     def enter_fail_closed(self, exc: errors.CheckpointCorruptError) -> None:
         """Stop trusting the store (found unusable while running); keep a copy."""

@@ -25,14 +25,17 @@ from dralet.node.claims import devicemetadata, devicestatus, records, source, sp
 from dralet.node.claims.calls import Calls
 from dralet.node.claims.group import (
     NOT_DONE,
+    Route,
+    RouteParts,
     all_of,
     backend_calls,
     bound,
     each,
+    each_now,
     hit_after,
+    only,
     survivors,
 )
-from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.states import (
     FP_AFTER_BACKEND_PREPARE,
     FP_AFTER_FINALIZER,
@@ -40,7 +43,7 @@ from dralet.node.claims.states import (
     FP_AFTER_SPEC,
     FP_AFTER_STARTED,
 )
-from dralet.node.claims.store import RecordStore, now_stamp
+from dralet.node.claims.store import now_stamp
 from dralet.node.claims.teardown import Teardown, apply_device_status
 from dralet.node.invoke import BackendTimeoutError
 from dralet.node.settings import DriverSettings
@@ -68,35 +71,17 @@ def _recorded(fresh: _Fresh, stored: ClaimRecord) -> None:
     fresh.record = stored
 
 
-class Prepare:
+class Prepare(Route):
     """Prepares claims without a record, one or a group at a time; every method
     expects the claims' locks held."""
 
-    def __init__(
-        self,
-        settings: DriverSettings,
-        store: RecordStore,
-        spec_io: SpecWriter,
-        metadata_files: devicemetadata.MetadataFiles,
-        calls: Calls,
-        metrics: DriverMetrics,
-        *,
-        teardown: Teardown,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.spec_io = spec_io
-        self.metadata_files = metadata_files
-        self.calls = calls
-        self.metrics = metrics
+    def __init__(self, parts: RouteParts, *, teardown: Teardown) -> None:
+        super().__init__(parts)
         self.teardown = teardown
 
     async def prepare_fresh(self, ref: ClaimRef) -> ClaimRecord:
         """One claim's prepare: ``prepare_fresh_many`` of that claim alone."""
-        (result,) = await self.prepare_fresh_many([ref])
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        return only(await self.prepare_fresh_many([ref]))
 
     async def prepare_fresh_many(
         self,
@@ -287,7 +272,9 @@ class Prepare:
         container never sees a missing file), each group written by one thread."""
         if self.settings.device_metadata and live:
             live = survivors(live, list(live), failed, self._metadata_documents)
-            written = await asyncio.to_thread(_write_metadata, self.metadata_files, live)
+            written = await asyncio.to_thread(
+                each_now, live, lambda f: self.metadata_files.write(f.ref.uid, f.metadata)
+            )
             live = survivors(live, written, failed, hit_after(FP_AFTER_METADATA))
         live = survivors(live, list(live), failed, self._spec_document)
         stamps = await self.spec_io.write_many(
@@ -367,19 +354,6 @@ def _finalizer_added(fresh: _Fresh, added: bool) -> None:
 def _spec_written(fresh: _Fresh, stamp: cdi_store.SpecStamp) -> None:
     fresh.stamp = stamp
     failpoints.hit(FP_AFTER_SPEC)
-
-
-def _write_metadata(
-    files: devicemetadata.MetadataFiles, live: Sequence[_Fresh]
-) -> list[Exception | None]:
-    written: list[Exception | None] = []
-    for fresh in live:
-        try:
-            files.write(fresh.ref.uid, fresh.metadata)
-            written.append(None)
-        except Exception as exc:  # noqa: BLE001 - this claim's own error
-            written.append(exc)
-    return written
 
 
 def _failed(uid: str, exc: Exception, undo: Exception | None) -> BaseException:

@@ -15,45 +15,27 @@ from collections.abc import Sequence
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint.database import Stamp
 from dralet.checkpoint.model import ClaimRecord, ClaimState, evolve
-from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef, ClaimUID
-from dralet.node.claims import devicemetadata, plan
-from dralet.node.claims.calls import Calls
-from dralet.node.claims.group import ref_of
+from dralet.node.claims import plan
+from dralet.node.claims.group import Route, RouteParts, only, ref_of
 from dralet.node.claims.observe import ClaimView
 from dralet.node.claims.records import allocated
-from dralet.node.claims.specio import SpecWriter
-from dralet.node.claims.store import RecordStore, now_stamp
+from dralet.node.claims.store import now_stamp
 from dralet.node.claims.teardown import Teardown
-from dralet.node.settings import DriverSettings
 
 __all__ = ["Repairs"]
 
 log = logging.getLogger("dralet.node.claims")
 
 
-class Repairs:
+class Repairs(Route):
     """The repair steps; every method expects the claims' locks held."""
 
     def __init__(
-        self,
-        settings: DriverSettings,
-        store: RecordStore,
-        spec_io: SpecWriter,
-        metadata_files: devicemetadata.MetadataFiles,
-        calls: Calls,
-        metrics: DriverMetrics,
-        *,
-        specs: cdi_store.SpecStore,
-        teardown: Teardown,
+        self, parts: RouteParts, *, specs: cdi_store.SpecStore, teardown: Teardown
     ) -> None:
-        self.settings = settings
-        self.store = store
+        super().__init__(parts)
         self.specs = specs
-        self.spec_io = spec_io
-        self.metadata_files = metadata_files
-        self.calls = calls
-        self.metrics = metrics
         self.teardown = teardown
 
     async def run_step(self, action: plan.Action, view: ClaimView, *, reason: str) -> str:
@@ -114,10 +96,7 @@ class Repairs:
         """Rewrite a prepared claim's spec and metadata files if they vanished; the new
         spec's stamp (None when nothing was missing). ``expected`` after a reboot, which
         clears /var/run/cdi (logged at info then, not as a warning)."""
-        (result,) = await self.rewrite_specs([record], expected=expected)
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        return only(await self.rewrite_specs([record], expected=expected))
 
     async def rewrite_specs(
         self,

@@ -23,26 +23,14 @@ from dralet.checkpoint.database import Drop
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord, evolve
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef, PartialPrepareError, PreparedDevice
-from dralet.node.claims import devicemetadata, records, source, states
+from dralet.node.claims import group, records, source, states
 from dralet.node.claims.calls import Calls
-from dralet.node.claims.group import (
-    all_of,
-    backend_calls,
-    bound,
-    each,
-    hit_after,
-    ignore,
-    ref_of,
-    survivors,
-)
-from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.states import (
     FP_AFTER_FINALIZER_REMOVED,
     FP_AFTER_RELEASE,
     FP_AFTER_UNPREPARE_STARTED,
     FP_ANSWERED_FINALIZER_OWED,
 )
-from dralet.node.claims.store import RecordStore
 from dralet.node.settings import DriverSettings
 
 __all__ = ["Teardown", "apply_device_status"]
@@ -75,25 +63,9 @@ def _going(down: Sequence[_Down], failed: Sequence[tuple[_Down, Exception]]) -> 
     return [d for d in down if not d.stopped and id(d) not in out]
 
 
-class Teardown:
+class Teardown(group.Route):
     """Takes claims down, one or a group at a time; every method expects the claims'
     locks held."""
-
-    def __init__(
-        self,
-        settings: DriverSettings,
-        store: RecordStore,
-        spec_io: SpecWriter,
-        metadata_files: devicemetadata.MetadataFiles,
-        calls: Calls,
-        metrics: DriverMetrics,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.spec_io = spec_io
-        self.metadata_files = metadata_files
-        self.calls = calls
-        self.metrics = metrics
 
     async def teardown(self, record: ClaimRecord, *, reason: str, in_process: bool = False) -> None:
         """``teardown_many`` of one claim; raises the error it failed with."""
@@ -136,7 +108,7 @@ class Teardown:
             self._finish_down_late(item, released, failed, results, reasons, done)
             for item, released in late
         ]
-        await all_of(finishing)
+        await group.all_of(finishing)
         for item, exc in failed:
             results[item.index] = exc
         return results
@@ -167,7 +139,7 @@ class Teardown:
                 continue  # answered already; a record not dropped is dropped next pass
             results[item.index] = error
             if error is None:
-                with bound(ref_of(item.record)):
+                with group.bound(group.ref_of(item.record)):
                     log.info("unprepared (%s)", reasons[item.index])
                 if done is not None:
                     done(item.index)
@@ -192,12 +164,12 @@ class Teardown:
             stored = await self.store.put_many(
                 [states.moved(d.record, ClaimState.RELEASED) for d in writing]
             )
-            owing += survivors(writing, stored, failed, _released)
+            owing += group.survivors(writing, stored, failed, _released)
         for item in owing:
-            with bound(ref_of(item.record)):
+            with group.bound(group.ref_of(item.record)):
                 log.info("unprepared (%s); finalizer removal owed", reasons[item.index])
             done(item.index)
-        survivors(owing, owing, failed, hit_after(FP_ANSWERED_FINALIZER_OWED))
+        group.survivors(owing, owing, failed, group.hit_after(FP_ANSWERED_FINALIZER_OWED))
         return {item.index for item in owing}
 
     async def _finish_down_late(
@@ -210,7 +182,7 @@ class Teardown:
         done: Callable[[int], None] | None,
     ) -> None:
         """A claim whose release outlasted its group's: the rest of its way alone."""
-        survivors([item], [await released], failed, hit_after(FP_AFTER_RELEASE))
+        group.survivors([item], [await released], failed, group.hit_after(FP_AFTER_RELEASE))
         await self._finish_down(_going([item], failed), failed, results, reasons, done)
 
     async def _start_unprepare(
@@ -229,14 +201,14 @@ class Teardown:
         outcomes: list[ClaimRecord | BaseException] = []
         for item, result in zip(starting, stored, strict=True):
             if isinstance(result, OSError) and item.record.state == ClaimState.PREPARE_STARTED:
-                with bound(ref_of(item.record)):
+                with group.bound(group.ref_of(item.record)):
                     log.warning(
                         "rolling back without a durable UnprepareStarted",
                         exc_info=(type(result), result, result.__traceback__),
                     )
                 result = states.moved(item.record, ClaimState.UNPREPARE_STARTED)
             outcomes.append(result)
-        survivors(starting, outcomes, failed, _unprepare_started)
+        group.survivors(starting, outcomes, failed, _unprepare_started)
         return _going(down, failed)
 
     async def _remove_and_release(
@@ -249,23 +221,25 @@ class Teardown:
         if not going:
             return list(down), []
         removed = await self.spec_io.remove_many([d.record.uid for d in going])
-        going = survivors(going, removed, failed, ignore)
+        going = group.survivors(going, removed, failed, group.ignore)
         with_metadata = [d for d in going if self.metadata_files.has_any(d.record.uid)]
         if with_metadata:
-            gone = await asyncio.to_thread(_remove_metadata_of, self.metadata_files, with_metadata)
-            survivors(with_metadata, gone, failed, ignore)
+            gone = await asyncio.to_thread(
+                group.each_now, with_metadata, lambda d: self.metadata_files.remove(d.record.uid)
+            )
+            group.survivors(with_metadata, gone, failed, group.ignore)
             going = _going(going, failed)
 
         async def release(item: _Down) -> None:
-            with bound(ref_of(item.record)):
+            with group.bound(group.ref_of(item.record)):
                 if not in_process and item.record.cdi_spec is None:
-                    item.record = await self._recover_states(ref_of(item.record), item.record)
+                    item.record = await self._recover_states(group.ref_of(item.record), item.record)
                 await self._release(item.record)
 
-        on_time, released, late = await backend_calls(
+        on_time, released, late = await group.backend_calls(
             going, release, "releases", limit=self.calls.backend_limit
         )
-        survivors(on_time, released, failed, hit_after(FP_AFTER_RELEASE))
+        group.survivors(on_time, released, failed, group.hit_after(FP_AFTER_RELEASE))
         later = {id(item) for item, _ in late}
         return [d for d in _going(down, failed) if id(d) not in later], late
 
@@ -282,15 +256,19 @@ class Teardown:
 
             async def clear_status(item: _Down) -> None:
                 await apply_device_status(
-                    self.calls, self.metrics, ref_of(item.record), self.settings.driver_name, []
+                    self.calls,
+                    self.metrics,
+                    group.ref_of(item.record),
+                    self.settings.driver_name,
+                    [],
                 )
 
-            await each(holding, clear_status, limit=self.calls.api_limit)
+            await group.each(holding, clear_status, limit=self.calls.api_limit)
 
         async def remove(item: _Down) -> bool:
-            return await self.calls.remove_finalizer(ref_of(item.record))
+            return await self.calls.remove_finalizer(group.ref_of(item.record))
 
-        removed = await each(holding, remove, limit=self.calls.api_limit)
+        removed = await group.each(holding, remove, limit=self.calls.api_limit)
         kept: list[_Down] = []
         for item, result in zip(holding, removed, strict=True):
             if isinstance(result, Exception):
@@ -309,14 +287,16 @@ class Teardown:
             stored = await self.store.put_many(
                 [states.moved(d.record, ClaimState.RELEASED) for d in kept]
             )
-            survivors(kept, stored, failed, ignore)
+            group.survivors(kept, stored, failed, group.ignore)
         removed_now = [d for d in holding if not d.stopped]
-        survivors(removed_now, removed_now, failed, hit_after(FP_AFTER_FINALIZER_REMOVED))
+        group.survivors(
+            removed_now, removed_now, failed, group.hit_after(FP_AFTER_FINALIZER_REMOVED)
+        )
         return _going(down, failed)
 
     async def _release(self, record: ClaimRecord) -> None:
         try:
-            await self.calls.release_claim(ref_of(record), record.devices)
+            await self.calls.release_claim(group.ref_of(record), record.devices)
         except errors.GOES_UP:
             raise
         except Exception as exc:
@@ -358,18 +338,6 @@ class Teardown:
             )
         if not await self.calls.remove_finalizer(ref):
             raise errors.ClaimError(ref.uid, "could not remove the claim's finalizer; will retry")
-
-
-def _remove_metadata_of(
-    files: devicemetadata.MetadataFiles, down: Sequence[_Down]
-) -> list[bool | Exception]:
-    gone: list[bool | Exception] = []
-    for item in down:
-        try:
-            gone.append(files.remove(item.record.uid))
-        except Exception as exc:  # noqa: BLE001 - this claim's own error
-            gone.append(exc)
-    return gone
 
 
 async def _recover_device_states(
