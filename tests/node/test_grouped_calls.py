@@ -15,6 +15,7 @@ import pytest
 
 from dralet import errors, failpoints
 from dralet.cdi.store import SpecStore
+from dralet.checkpoint.model import ClaimState
 from dralet.node.backend import ClaimRef
 from dralet.node.claims import group, states
 from dralet.node.claims.group import each, each_until_late
@@ -650,3 +651,30 @@ async def test_cancelling_the_caller_of_each_until_late_waits_for_its_calls_to_s
         await caller
     # Nothing of the call runs on past its caller (whose claim locks it works under).
     assert cleaned_up.is_set()
+
+
+async def test_no_group_of_an_unprepare_waits_on_the_finalizer_removals_it_owes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two claims a group: while the API holds every finalizer removal back, every group
+    # of the call is still answered (the removals are owed, done in a task of their own).
+    node, refs = _node(tmp_path, max_parallel_claims=2)
+    assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
+    api_back = asyncio.Event()
+    real = node.claims.remove_finalizer
+
+    async def held_back(*args: Any, **kwargs: Any) -> bool:
+        await api_back.wait()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(node.claims, "remove_finalizer", held_back)
+    answers = await asyncio.wait_for(node.engine.unprepare(refs), 5)
+    assert answers == {ref.uid: "" for ref in refs}
+    for ref in refs:
+        record = node.record(ref)
+        assert record is not None
+        assert record.state is ClaimState.RELEASED
+    api_back.set()
+    await asyncio.wait_for(node.engine.settled(), 5)
+    for ref in refs:
+        node.assert_gone(ref)

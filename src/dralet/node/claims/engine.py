@@ -137,7 +137,10 @@ class ClaimEngine(Parts):
         ) -> Sequence[BaseException | None]:
             records = [view.record for _, view in together if view.record is not None]
             results = await self.teardowns.teardown_many(
-                records, reason="unprepare", done=lambda index: early(index, None)
+                records,
+                reason="unprepare",
+                done=lambda index: early(index, None),
+                owe=self.owed.owe,
             )
             for (ref, _), result in zip(together, results, strict=True):
                 if result is None:
@@ -271,6 +274,7 @@ class ClaimEngine(Parts):
         removals) to end; raises what one of them died of (a failpoint's simulated
         crash after the answer)."""
         await self.scheduler.settled()
+        await self.owed.drained()
 
     async def close(self) -> None:
         """Finish the spec and record writes already handed off; close the store."""

@@ -22,7 +22,7 @@ from dralet.node.claims.repairs import Repairs
 from dralet.node.claims.source import ClaimSource, DeviceStatusWriter, NoClaimSource, finalizer_name
 from dralet.node.claims.specio import SpecWriter
 from dralet.node.claims.store import RecordStore
-from dralet.node.claims.teardown import Teardown
+from dralet.node.claims.teardown import OwedRemovals, Teardown
 from dralet.node.invoke import AnyBackend, Invoker, normalize
 from dralet.node.settings import DriverSettings
 from dralet.node.tasks import TaskSet
@@ -89,6 +89,7 @@ class Parts:
         self.repairs = Repairs(route, specs=self.specs, teardown=self.teardowns)
         self.mode = Mode()
         self.work = TaskSet("claims")
+        self.owed = OwedRemovals(self.teardowns, self.work)
         self.observer = Observer(
             self.store,
             self.specs,

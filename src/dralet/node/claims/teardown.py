@@ -13,6 +13,7 @@ idempotent by contract).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,8 +33,9 @@ from dralet.node.claims.states import (
     FP_ANSWERED_FINALIZER_OWED,
 )
 from dralet.node.settings import DriverSettings
+from dralet.node.tasks import TaskSet, raise_failure
 
-__all__ = ["Teardown", "apply_device_status"]
+__all__ = ["OwedRemovals", "Teardown", "apply_device_status"]
 
 log = logging.getLogger("dralet.node.claims")
 
@@ -46,6 +48,8 @@ class _Down:
     record: ClaimRecord
     stopped: bool = False
     """It goes no further in this teardown (failed, or waits for its finalizer)."""
+    answered: bool = False
+    """Recorded Released before this teardown: answered as unprepared already."""
 
 
 def _unprepare_started(item: _Down, stored: ClaimRecord) -> None:
@@ -80,6 +84,7 @@ class Teardown(group.Route):
         reason: str | Sequence[str],
         in_process: bool = False,
         done: Callable[[int], None] | None = None,
+        owe: Callable[[Sequence[ClaimRecord]], None] | None = None,
     ) -> list[BaseException | None]:
         """Undo whatever each record says may have happened; each ends with its record
         gone. The claims (each one's lock held) go down each step together: one commit
@@ -98,12 +103,18 @@ class Teardown(group.Route):
         devices go now and whatever record remains is finished by the next call or start.
         """
         reasons = [reason] * len(records) if isinstance(reason, str) else list(reason)
-        down = [_Down(index, record) for index, record in enumerate(records)]
+        down = [
+            _Down(index, record, answered=record.state == ClaimState.RELEASED)
+            for index, record in enumerate(records)
+        ]
         failed: list[tuple[_Down, Exception]] = []
         results: list[BaseException | None] = [None] * len(records)
         down = await self._start_unprepare(down, failed)
         down, late = await self._remove_and_release(down, failed, in_process=in_process)
-        finishing = [self._finish_down(down, failed, results, reasons, done)]
+        # With a claim left late the group's locks stay held until it is done: its
+        # claims' removals are not handed over to wait for those locks, but done here.
+        owe = owe if not late else None
+        finishing = [self._finish_down(down, failed, results, reasons, done, owe)]
         finishing += [
             self._finish_down_late(item, released, failed, results, reasons, done)
             for item, released in late
@@ -120,12 +131,18 @@ class Teardown(group.Route):
         results: list[BaseException | None],
         reasons: Sequence[str],
         done: Callable[[int], None] | None,
+        owe: Callable[[Sequence[ClaimRecord]], None] | None = None,
     ) -> None:
         """The steps after the releases: finalizers, then one commit removing records.
         With ``done`` (a caller that answers each claim as soon as it can: the kubelet's
         unprepare), the claims holding a finalizer are answered once their Released
-        record is durable, and the removal, owed from then on, follows the answer."""
+        record is durable, and the removal, owed from then on, follows the answer: here,
+        or handed to ``owe`` (``OwedRemovals.owe``), which does it in a task of its own."""
         owed = await self._answer_owing(down, failed, reasons, done) if done else set()
+        if owe is not None and owed:
+            handed = [d for d in _going(down, failed) if d.index in owed]
+            owe([d.record for d in handed])
+            down = [d for d in down if d.index not in owed]
         gone = await self._remove_finalizers(down, failed)
         if not gone:
             return
@@ -139,8 +156,10 @@ class Teardown(group.Route):
                 continue  # answered already; a record not dropped is dropped next pass
             results[item.index] = error
             if error is None:
+                # A claim Released already was answered as unprepared when it was recorded.
+                what = "finalizer removed" if item.answered else "unprepared"
                 with group.bound(group.ref_of(item.record)):
-                    log.info("unprepared (%s)", reasons[item.index])
+                    log.info("%s (%s)", what, reasons[item.index])
                 if done is not None:
                     done(item.index)
 
@@ -404,3 +423,57 @@ async def apply_device_status(
         )
         return
     metrics.device_status_writes.labels(result="ok").inc()
+
+
+class OwedRemovals:
+    """The finalizer removals unprepares owe once answered (their claims recorded
+    Released), done in a task of their own so that no group of a call waits on the API
+    for them: a batch at a time (up to ``max_parallel_claims`` claims), under the
+    batch's claim locks, through ``Teardown.teardown_many`` (concurrent patches, one
+    commit dropping the records). A removal that fails leaves its claim Released: the
+    stale-claim loop and the next start retry it (``plan_repair``), and the gauge
+    ``dralet_finalizer_removals_owed`` counts it until then."""
+
+    def __init__(self, teardown: Teardown, work: TaskSet) -> None:
+        self._teardown = teardown
+        self._work = work
+        self._owed: dict[str, None] = {}
+        """The UIDs owed, in the order they were answered (a dict as an ordered set)."""
+        self._task: asyncio.Task[None] | None = None
+
+    def owe(self, records: Sequence[ClaimRecord]) -> None:
+        """Owe the removals of these claims' finalizers (call with their locks held)."""
+        self._owed.update(dict.fromkeys(r.uid for r in records))
+        if self._owed and (self._task is None or self._task.done()):
+            self._task = self._work.spawn("finalizer-removals", self._drain())
+
+    async def drained(self) -> None:
+        """Wait until every removal owed so far was tried; raises what the task died of
+        (a failpoint's simulated crash)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
+        if self._task is not None:
+            raise_failure([self._task])
+
+    async def _drain(self) -> None:
+        store = self._teardown.store
+        size = max(1, self._teardown.settings.max_parallel_claims)
+        while self._owed:
+            uids = list(itertools.islice(self._owed, size))
+            for uid in uids:
+                del self._owed[uid]
+            try:
+                async with store.claim_locks(uids):
+                    # Read again under the locks: another call may have moved a claim on.
+                    found = store.records_now(uids)
+                    owed = [
+                        record
+                        for record, _ in found.values()
+                        if record is not None and record.state == ClaimState.RELEASED
+                    ]
+                    if owed:
+                        await self._teardown.teardown_many(owed, reason="finalizer removal owed")
+            except errors.GOES_UP:
+                raise
+            except Exception:
+                log.warning("owed finalizer removals left for the next pass", exc_info=True)
