@@ -185,10 +185,13 @@ class Prepare(Route):
                         exc_info=(type(problem), problem, problem.__traceback__),
                         extra={"claim_uid": fresh.ref.uid},
                     )
+        told = log.isEnabledFor(logging.INFO)  # no per-claim log work when it is off
         for fresh in live:
             out[fresh.index] = fresh.record
-            with bound(fresh.ref):
-                log.info("prepared", extra={"devices": [d.device for d in fresh.record.devices]})
+            if told:
+                with bound(fresh.ref):
+                    devices = [d.device for d in fresh.record.devices]
+                    log.info("prepared", extra={"devices": devices})
             if prepared is not None:
                 prepared(fresh.index, fresh.record)
 

@@ -157,9 +157,10 @@ class Teardown(group.Route):
             results[item.index] = error
             if error is None:
                 # A claim Released already was answered as unprepared when it was recorded.
-                what = "finalizer removed" if item.answered else "unprepared"
-                with group.bound(group.ref_of(item.record)):
-                    log.info("%s (%s)", what, reasons[item.index])
+                if log.isEnabledFor(logging.INFO):  # no per-claim log work when it is off
+                    what = "finalizer removed" if item.answered else "unprepared"
+                    with group.bound(group.ref_of(item.record)):
+                        log.info("%s (%s)", what, reasons[item.index])
                 if done is not None:
                     done(item.index)
 
@@ -184,9 +185,11 @@ class Teardown(group.Route):
                 [states.moved(d.record, ClaimState.RELEASED) for d in writing]
             )
             owing += group.survivors(writing, stored, failed, _released)
+        told = log.isEnabledFor(logging.INFO)  # no per-claim log work when it is off
         for item in owing:
-            with group.bound(group.ref_of(item.record)):
-                log.info("unprepared (%s); finalizer removal owed", reasons[item.index])
+            if told:
+                with group.bound(group.ref_of(item.record)):
+                    log.info("unprepared (%s); finalizer removal owed", reasons[item.index])
             done(item.index)
         group.survivors(owing, owing, failed, group.hit_after(FP_ANSWERED_FINALIZER_OWED))
         return {item.index for item in owing}
