@@ -1,8 +1,9 @@
 """One error taxonomy for dralet, used by every layer and acted on by the claim engine.
 
 Catch order, written out once (``dralet.node.claims.engine.ClaimEngine._answer``):
-``asyncio.CancelledError`` is always re-raised first; ``IrreversibleError`` goes up to
-the RPC, which fails with gRPC Internal (the only path there); ``TemporaryError`` is
+what ``goes_up`` (``asyncio.CancelledError``, ``IrreversibleError``) is always re-raised
+first, at every place that keeps a claim's failure to itself; ``IrreversibleError`` goes
+up to the RPC, which fails with gRPC Internal (the only path there); ``TemporaryError`` is
 retried after its ``delay`` while the call's budget allows, then answered as that
 claim's retryable error; ``ClaimError`` and ``PermanentError`` are that claim's answer,
 the other claims go on; anything else is a bug, logged with its traceback and answered
@@ -13,7 +14,10 @@ InvalidArgument and nothing changes.
 
 from __future__ import annotations
 
+import asyncio
+
 __all__ = [
+    "GOES_UP",
     "CheckpointCorruptError",
     "ClaimError",
     "DeviceBusyError",
@@ -22,6 +26,7 @@ __all__ = [
     "IrreversibleError",
     "PermanentError",
     "TemporaryError",
+    "goes_up",
 ]
 
 
@@ -90,3 +95,15 @@ class CheckpointCorruptError(PermanentError):
         super().__init__(f"checkpoint {path} is unusable: {reason}")
         self.path = path
         self.reason = reason
+
+
+GOES_UP = (asyncio.CancelledError, IrreversibleError)
+"""Never kept as one claim's failure: ``except errors.GOES_UP: raise`` comes before
+every per-claim ``except Exception``."""
+
+
+def goes_up(exc: BaseException) -> bool:
+    """Whether ``exc``, handed over as a value (a result of a group's step), must be
+    raised instead of answered per claim: an irreversible failure, or anything that
+    is not an ``Exception`` (cancelled, the process dying at a failpoint)."""
+    return isinstance(exc, IrreversibleError) or not isinstance(exc, Exception)

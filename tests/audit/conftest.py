@@ -1,4 +1,4 @@
-"""A node with the example driver's files, a ledger that prepared real claims through the
+"""A node with the example driver's files, an engine that prepared real claims through the
 API stand-in, and ``audit`` to run what ``dralet audit`` runs against it."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class AuditedNode:
     backend: SimulatedGPUs
     api: ApiServer
     cluster: ControlPlane
-    ledger: ClaimEngine
+    engine: ClaimEngine
 
     @property
     def state_dir(self) -> Path:
@@ -49,7 +49,7 @@ class AuditedNode:
 
     async def prepare(self, name: str, *devices: str) -> KubeletClaim:
         ref = self.cluster.allocate_claim(name, [("gpu", d) for d in devices])
-        outcome = await self.ledger.prepare([ClaimRef(ClaimUID(ref.uid), ref.namespace, name)])
+        outcome = await self.engine.prepare([ClaimRef(ClaimUID(ref.uid), ref.namespace, name)])
         assert outcome[ref.uid].error == ""
         return ref
 
@@ -109,8 +109,8 @@ async def node(tmp_path: Path) -> AsyncIterator[AuditedNode]:
         cluster.add_node()
         client = await kube.connect(url=api.url)
         try:
-            ledger = ClaimEngine(settings, backend=backend, claims=kube.ClaimClient(client))
-            await ledger.recover()
-            yield AuditedNode(tmp_path, settings, backend, api, cluster, ledger)
+            engine = ClaimEngine(settings, backend=backend, claims=kube.ClaimClient(client))
+            await engine.recover()
+            yield AuditedNode(tmp_path, settings, backend, api, cluster, engine)
         finally:
             await client.close()

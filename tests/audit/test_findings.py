@@ -48,15 +48,15 @@ async def test_a_consistent_node_has_no_findings(node: AuditedNode) -> None:
 
 async def test_orphan_spec(node: AuditedNode) -> None:
     uid = str(uuid.uuid4())
-    node.ledger.specs.write(uid, _spec_document(node, uid, "gpu-3"))
+    node.engine.specs.write(uid, _spec_document(node, uid, "gpu-3"))
     assert await node.kinds() == ["orphan-spec"]
     assert ("orphan-spec-removed", uid) in await _fixed(node)
-    assert not node.ledger.specs.exists(uid)
+    assert not node.engine.specs.exists(uid)
 
 
 async def test_orphan_metadata(node: AuditedNode) -> None:
     uid = str(uuid.uuid4())
-    files = node.ledger.steps.metadata_files
+    files = node.engine.metadata_files
     files.root.parent.mkdir(parents=True, exist_ok=True)
     files.write(uid, {"gpu": "{}\n"})
     assert await node.kinds() == ["orphan-metadata"]
@@ -66,20 +66,20 @@ async def test_orphan_metadata(node: AuditedNode) -> None:
 
 async def test_orphan_spec_and_metadata_go_together(node: AuditedNode) -> None:
     uid = str(uuid.uuid4())
-    node.ledger.specs.write(uid, _spec_document(node, uid, "gpu-3"))
-    files = node.ledger.steps.metadata_files
+    node.engine.specs.write(uid, _spec_document(node, uid, "gpu-3"))
+    files = node.engine.metadata_files
     files.root.parent.mkdir(parents=True, exist_ok=True)
     files.write(uid, {"gpu": "{}\n"})
     assert await node.kinds() == ["orphan-spec"]
     assert ("orphan-spec-removed", uid) in await _fixed(node)
-    assert not node.ledger.specs.exists(uid)
+    assert not node.engine.specs.exists(uid)
     assert files.claim_uids() == []
 
 
 async def test_unreadable_orphan_spec_is_invalid_and_orphaned(node: AuditedNode) -> None:
     uid = str(uuid.uuid4())
-    node.ledger.specs.ensure_dir()
-    node.ledger.specs.path_for(uid).write_text("{not json")
+    node.engine.specs.ensure_dir()
+    node.engine.specs.path_for(uid).write_text("{not json")
     findings = (await node.audit()).findings
     assert [(f.kind, f.subject) for f in findings] == [("invalid-spec", uid), ("orphan-spec", uid)]
     assert "unreadable" in findings[0].message
@@ -88,7 +88,7 @@ async def test_unreadable_orphan_spec_is_invalid_and_orphaned(node: AuditedNode)
 
 async def test_invalid_spec_content_of_a_prepared_claim(node: AuditedNode) -> None:
     ref = await node.prepare("train", "gpu-0")
-    path = node.ledger.specs.path_for(ref.uid)
+    path = node.engine.specs.path_for(ref.uid)
     document = json.loads(path.read_text())
     document["devices"][0]["name"] = "not a valid name!"
     path.write_text(json.dumps(document))
@@ -101,7 +101,7 @@ async def test_invalid_spec_content_of_a_prepared_claim(node: AuditedNode) -> No
 
 async def test_spec_that_does_not_define_the_claims_cdi_device(node: AuditedNode) -> None:
     ref = await node.prepare("train", "gpu-0")
-    node.ledger.specs.write(ref.uid, _spec_document(node, ref.uid, "gpu-3"))
+    node.engine.specs.write(ref.uid, _spec_document(node, ref.uid, "gpu-3"))
     findings = (await node.audit()).findings
     assert [f.kind for f in findings] == ["invalid-spec"]
     assert f"{node.settings.cdi_kind}={ref.uid}-gpu-0" in findings[0].message
@@ -110,7 +110,7 @@ async def test_spec_that_does_not_define_the_claims_cdi_device(node: AuditedNode
 
 async def test_spec_of_another_kind(node: AuditedNode) -> None:
     ref = await node.prepare("train", "gpu-0")
-    path = node.ledger.specs.path_for(ref.uid)
+    path = node.engine.specs.path_for(ref.uid)
     document = json.loads(path.read_text())
     document["kind"] = "other.example.com/claim"
     path.write_text(json.dumps(document))
@@ -120,10 +120,10 @@ async def test_spec_of_another_kind(node: AuditedNode) -> None:
 
 async def test_missing_spec(node: AuditedNode) -> None:
     ref = await node.prepare("train", "gpu-0")
-    node.ledger.specs.remove(ref.uid)
+    node.engine.specs.remove(ref.uid)
     assert await node.kinds() == ["missing-spec"]
     assert ("spec-rewritten", ref.uid) in await _fixed(node)
-    assert node.ledger.specs.exists(ref.uid)
+    assert node.engine.specs.exists(ref.uid)
 
 
 async def test_half_prepared_claim_is_rolled_back(node: AuditedNode) -> None:
@@ -141,13 +141,13 @@ async def test_half_unprepared_claim_is_finished(node: AuditedNode) -> None:
     assert await node.kinds() == ["half-unprepared"]
     assert ("unprepare-finished", ref.uid) in await _fixed(node)
     assert node.backend.in_use() == {}
-    assert not node.ledger.specs.exists(ref.uid)
+    assert not node.engine.specs.exists(ref.uid)
 
 
 async def test_released_claim_with_a_pending_finalizer(node: AuditedNode) -> None:
     ref = await node.prepare("train", "gpu-0")
     record = node.records()[ref.uid]
-    node.ledger.specs.remove(ref.uid)
+    node.engine.specs.remove(ref.uid)
     await node.backend.release(
         ClaimRef(ClaimUID(ref.uid), ref.namespace, ref.name),
         AllocatedDevice(request="gpu", pool=NODE, device="gpu-0"),

@@ -14,7 +14,7 @@ ACCEPT = "--accept-lost-store"
 
 
 def _lose_records(node: AuditedNode) -> Path:
-    node.ledger.store.shutdown()
+    node.engine.store.shutdown()
     db = node.settings.store_path
     for suffix in ("-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
@@ -49,10 +49,10 @@ async def test_lost_records_are_reported_and_kept_until_an_operator_accepts(
     assert _specs(node) == []
     assert node.backend.in_use() == {}
     assert list(node.settings.plugin_dir.glob("claims.db.corrupt-*")) != []
-    restarted = ClaimEngine(node.settings, backend=node.backend, claims=node.ledger.calls.claims)
+    restarted = ClaimEngine(node.settings, backend=node.backend, claims=node.engine.calls.claims)
     await restarted.recover()
     assert not restarted.fail_closed
-    node.ledger = restarted
+    node.engine = restarted
     again = await node.prepare("again", "gpu-1")
     assert node.backend.in_use() == {"gpu-1": again.uid}
     assert FINALIZER not in node.cluster.finalizers(kept)

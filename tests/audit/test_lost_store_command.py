@@ -11,16 +11,16 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from dralet.cli import main
-from tests.recovery.nodekit import LedgerNode
+from tests.recovery.nodekit import EngineNode
 
 
-def _node_with_deleted_store(root: Path) -> LedgerNode:
-    async def prepare() -> LedgerNode:
-        node = LedgerNode.create(root)
-        await node.ledger.recover()
+def _node_with_deleted_store(root: Path) -> EngineNode:
+    async def prepare() -> EngineNode:
+        node = EngineNode.create(root)
+        await node.engine.recover()
         ref = node.add_claim("kept", "gpu-1")
         assert (await node.prepare(ref))[ref.uid].error == ""
-        node.ledger.store.shutdown()
+        node.engine.store.shutdown()
         return node
 
     node = asyncio.run(prepare())
@@ -30,7 +30,7 @@ def _node_with_deleted_store(root: Path) -> LedgerNode:
     return node
 
 
-def _audit(node: LedgerNode, *extra: str) -> tuple[int, str, str]:
+def _audit(node: EngineNode, *extra: str) -> tuple[int, str, str]:
     args = [
         "audit",
         "--node-name", node.settings.node_name,

@@ -22,13 +22,13 @@ Setup = Callable[[AuditedNode], Awaitable[None]]
 
 
 async def _orphan_spec(node: AuditedNode) -> None:
-    node.ledger.specs.ensure_dir()
-    node.ledger.specs.path_for(str(uuid.uuid4())).write_text("{not json")
+    node.engine.specs.ensure_dir()
+    node.engine.specs.path_for(str(uuid.uuid4())).write_text("{not json")
 
 
 async def _invalid_spec(node: AuditedNode) -> None:
     ref = await node.prepare("train", "gpu-0")
-    path = node.ledger.specs.path_for(ref.uid)
+    path = node.engine.specs.path_for(ref.uid)
     document = json.loads(path.read_text())
     document["kind"] = "other.example.com/claim"
     path.write_text(json.dumps(document))
@@ -36,7 +36,7 @@ async def _invalid_spec(node: AuditedNode) -> None:
 
 async def _missing_spec(node: AuditedNode) -> None:
     ref = await node.prepare("train", "gpu-0")
-    node.ledger.specs.remove(ref.uid)
+    node.engine.specs.remove(ref.uid)
 
 
 async def _half_prepared(node: AuditedNode) -> None:
@@ -51,7 +51,7 @@ async def _half_unprepared(node: AuditedNode) -> None:
 
 async def _finalizer_pending(node: AuditedNode) -> None:
     ref = await node.prepare("train", "gpu-0")
-    node.ledger.specs.remove(ref.uid)
+    node.engine.specs.remove(ref.uid)
     claim = ClaimRef(ClaimUID(ref.uid), ref.namespace, ref.name)
     await node.backend.release(claim, AllocatedDevice("gpu", NODE, "gpu-0"), {})
     node.set_state(ref.uid, ClaimState.RELEASED)

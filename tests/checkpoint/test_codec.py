@@ -12,7 +12,7 @@ import pytest
 from dralet.checkpoint import codec
 from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
 from dralet.node.backend import ClaimRef, ClaimUID
-from tests.recovery.nodekit import LedgerNode
+from tests.recovery.nodekit import EngineNode
 
 UID = "0b8f3a52-6f8e-4a59-9d2c-3c1f4d0e7a11"
 SPEC = {
@@ -68,7 +68,7 @@ def test_v1_checkpoint_is_migrated() -> None:
 
 
 async def test_v1_checkpoint_on_disk_is_served_recovered_and_unprepared(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     node.settings.plugin_dir.mkdir(parents=True)
     node.settings.checkpoint_path.write_bytes(envelope(v1_document()))
     node.backend._save({"inUse": {"gpu-1": UID}, "shares": {}})
@@ -77,12 +77,12 @@ async def test_v1_checkpoint_on_disk_is_served_recovered_and_unprepared(tmp_path
 
     assert report.fail_closed == ""
     assert report.count("spec-rewritten") == 1  # v1 kept the spec; it is rewritten from it
-    assert json.loads(node.ledger.specs.path_for(UID).read_text()) == SPEC
+    assert json.loads(node.engine.specs.path_for(UID).read_text()) == SPEC
     assert node.backend.in_use() == {"gpu-1": UID}
-    ref = node.ledger.known_claims()[UID]
+    ref = node.engine.known_claims()[UID]
     assert await node.unprepare(ClaimRef(ClaimUID(UID), ref.namespace, ref.name)) == {UID: ""}
     assert node.backend.in_use() == {}
-    assert not node.ledger.specs.path_for(UID).exists()
+    assert not node.engine.specs.path_for(UID).exists()
     assert node.checkpoint().claims == {}
 
 

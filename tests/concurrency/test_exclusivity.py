@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dralet.testing.claims import MemoryClaims
-from tests.recovery.nodekit import FINALIZER, LedgerNode
+from tests.recovery.nodekit import FINALIZER, EngineNode
 
 YIELD_TURNS = 50
 
@@ -64,7 +64,7 @@ class BarrierClaims(MemoryClaims):
 async def test_second_claim_gets_error_naming_holder_then_succeeds_after_release(
     tmp_path: Path,
 ) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-0")
     b = node.add_claim("b", "gpu-0", "gpu-1")
     assert (await node.prepare(a))[a.uid].error == ""
@@ -84,7 +84,7 @@ async def test_second_claim_gets_error_naming_holder_then_succeeds_after_release
 
 
 async def test_two_claims_racing_for_one_device_in_one_request(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     node.claims = BarrierClaims(parties=2)
     node.restart()
     a = node.add_claim("a", "gpu-1")

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from dralet.node.backend import ClaimRef, ClaimUID
-from dralet.node.claims.fairness import FairSlots
-from tests.recovery.nodekit import LedgerNode
+from dralet.node.claims.schedule import FairSlots
+from tests.recovery.nodekit import EngineNode
 
 BIG = 20_000
 BOUND = 60.0
@@ -22,7 +22,7 @@ async def test_a_one_claim_call_is_not_held_up_by_a_call_with_20000_claims(
 ) -> None:
     # The budget keeps the test short: what the big call cannot reach in it is answered
     # retryable, which is the other half of the promise.
-    node = LedgerNode.create(tmp_path, max_parallel_claims=4, call_budget=5.0)
+    node = EngineNode.create(tmp_path, max_parallel_claims=4, call_budget=5.0)
     small = node.add_claim("small", "gpu-0")
     # Claims the API does not know: each is answered with an error after a real lookup
     # and a real claim lock, so the big call keeps its slots busy the whole time.
@@ -35,9 +35,9 @@ async def test_a_one_claim_call_is_not_held_up_by_a_call_with_20000_claims(
         return await lookup(namespace, name)
 
     node.claims.get_claim = get_claim  # type: ignore[method-assign]
-    big_call = asyncio.create_task(node.ledger.prepare(unknown))
+    big_call = asyncio.create_task(node.engine.prepare(unknown))
     await started.wait()  # the big call is running
-    small_call = asyncio.create_task(node.ledger.prepare([small]))
+    small_call = asyncio.create_task(node.engine.prepare([small]))
     done, _ = await asyncio.wait(
         {small_call, big_call}, timeout=BOUND, return_when="FIRST_COMPLETED"
     )
@@ -52,7 +52,7 @@ async def test_a_one_claim_call_is_not_held_up_by_a_call_with_20000_claims(
 async def test_claims_not_finished_within_the_budget_are_answered_retryable(
     tmp_path: Path,
 ) -> None:
-    node = LedgerNode.create(tmp_path, call_budget=0.0)
+    node = EngineNode.create(tmp_path, call_budget=0.0)
     a = node.add_claim("a", "gpu-0")
     outcome = (await node.prepare(a))[a.uid]
     assert outcome.error.endswith("retry")

@@ -15,7 +15,7 @@ from dralet.kubelet import KubeletClaim, KubeletEmulator
 from dralet.node.runner import NodeServer
 from dralet.testing.claims import DRIVER
 from tests.hostile.conftest import short_root  # noqa: F401 - fixture
-from tests.recovery.nodekit import FINALIZER, GatedBackend, LedgerNode
+from tests.recovery.nodekit import FINALIZER, EngineNode, GatedBackend
 
 POLL_INTERVAL = 0.01
 POLL_ATTEMPTS = 1000
@@ -23,18 +23,18 @@ GIVE_UP_AFTER = 0.2
 """The emulated kubelet's deadline in these tests (the real one is 45 s)."""
 
 
-def kclaim(node: LedgerNode, name: str) -> KubeletClaim:
+def kclaim(node: EngineNode, name: str) -> KubeletClaim:
     ref = node.refs[name]
     return KubeletClaim(ref.namespace, ref.uid, ref.name)
 
 
 @pytest.fixture
-async def gated(short_root: Path) -> AsyncIterator[tuple[LedgerNode, GatedBackend, NodeServer]]:  # noqa: F811
-    node = LedgerNode.create(short_root)
+async def gated(short_root: Path) -> AsyncIterator[tuple[EngineNode, GatedBackend, NodeServer]]:  # noqa: F811
+    node = EngineNode.create(short_root)
     gate = asyncio.Event()
     backend = GatedBackend(node.backend, gates={"gpu-0": gate})
     driver = NodeServer(node.settings, backend, claims=node.claims)
-    node.ledger = driver.ledger
+    node.engine = driver.engine
     await driver.start()
     try:
         yield node, backend, driver
@@ -44,7 +44,7 @@ async def gated(short_root: Path) -> AsyncIterator[tuple[LedgerNode, GatedBacken
 
 
 async def test_slow_backend_prepare_does_not_delay_another_claim(
-    gated: tuple[LedgerNode, GatedBackend, NodeServer],
+    gated: tuple[EngineNode, GatedBackend, NodeServer],
 ) -> None:
     node, backend, _ = gated
     slow = node.add_claim("slow", "gpu-0")
@@ -78,7 +78,7 @@ async def test_slow_backend_prepare_does_not_delay_another_claim(
 
 @pytest.mark.parametrize("first", ["prepare-finishes-first", "unprepare-arrives-first"])
 async def test_abandoned_prepare_then_unprepare_leaves_the_node_clean(
-    gated: tuple[LedgerNode, GatedBackend, NodeServer], first: str
+    gated: tuple[EngineNode, GatedBackend, NodeServer], first: str
 ) -> None:
     node, backend, driver = gated
     claim = node.add_claim("c", "gpu-0")
@@ -99,12 +99,12 @@ async def test_abandoned_prepare_then_unprepare_leaves_the_node_clean(
             async with asyncio.TaskGroup() as group:
                 unprepare = group.create_task(plugin.unprepare([kclaim(node, "c")]))
                 # Both calls are inside the driver: the unprepare waits on the claim lock.
-                await _eventually(lambda: len(driver.ledger.work) == 2)
+                await _eventually(lambda: len(driver.engine.work) == 2)
                 backend.gates["gpu-0"].set()
             result = unprepare.result()
 
         assert result.kubelet_error == ""
-        await driver.ledger.settled()  # the finalizer removal follows the answer
+        await driver.engine.settled()  # the finalizer removal follows the answer
         node.assert_gone(claim)
         assert FINALIZER not in node.finalizers(claim)
         assert list(node.settings.cdi_dir.iterdir()) == []
@@ -113,7 +113,7 @@ async def test_abandoned_prepare_then_unprepare_leaves_the_node_clean(
         await kubelet.close()
 
 
-def _state(node: LedgerNode, uid: str) -> ClaimState | None:
+def _state(node: EngineNode, uid: str) -> ClaimState | None:
     record = node.checkpoint().claims.get(uid)
     return record.state if record is not None else None
 

@@ -129,7 +129,7 @@ async def test_driver_fails_closed_on_any_checkpoint_entry(
     kind = _kind(checkpoint)
 
     async with running_node(root, claims=claims) as node:
-        assert node.driver.ledger.fail_closed, entry
+        assert node.driver.engine.fail_closed, entry
         health = health_pb2_grpc.HealthStub(node.plugin.channel())
         answer = await health.Check(health_pb2.HealthCheckRequest(service=""))
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
@@ -159,7 +159,7 @@ async def test_nothing_prepared_and_any_checkpoint_entry_is_reset_with_it_kept(
         _deny_once(monkeypatch, checkpoint)
 
     async with running_node(root) as node:
-        assert not node.driver.ledger.fail_closed
+        assert not node.driver.engine.fail_closed
         assert node.driver.recovery is not None
         assert node.driver.recovery.count("corrupt-checkpoint-reset") == 1
         assert stat.S_ISREG(os.lstat(node.settings.store_path).st_mode)

@@ -76,7 +76,7 @@ async def test_driver_fails_closed_on_a_damaged_checkpoint(short_root: Path, dam
     checkpoint.write_bytes(bad)
 
     async with running_node(root, claims=claims) as node:
-        assert node.driver.ledger.fail_closed
+        assert node.driver.engine.fail_closed
         health = health_pb2_grpc.HealthStub(node.plugin.channel())
         answer = await health.Check(health_pb2.HealthCheckRequest(service=""))
         assert answer.status == health_pb2.HealthCheckResponse.SERVING  # liveness: no restart
@@ -109,7 +109,7 @@ async def test_nothing_prepared_and_damaged_checkpoint_is_reset_with_a_copy_kept
     checkpoint.write_bytes(b"{garbage")
 
     async with running_node(root) as node:
-        assert not node.driver.ledger.fail_closed  # provably nothing to lose
+        assert not node.driver.engine.fail_closed  # provably nothing to lose
         assert node.driver.recovery is not None
         assert node.driver.recovery.count("corrupt-checkpoint-reset") == 1
         assert [k.read_bytes() for k in checkpoint.parent.glob("checkpoint.json.corrupt-*")] == [
@@ -131,7 +131,7 @@ async def test_a_damaged_record_fails_closed_for_that_claim_alone(node_root: Pat
         assert "not preparing new claims" in again.claims[damaged.uid].error
         assert "checksum mismatch" in again.claims[damaged.uid].error
         assert again.claims[healthy.uid].error == ""
-        assert not node.driver.ledger.fail_closed  # the node as a whole still serves
+        assert not node.driver.engine.fail_closed  # the node as a whole still serves
         # Its device stays held: another claim allocated it meanwhile is refused.
         thief = add_claim(node, "thief", "gpu-0")
         refused = await node.plugin.prepare([thief])
@@ -143,7 +143,7 @@ async def test_a_damaged_record_fails_closed_for_that_claim_alone(node_root: Pat
         assert (await node.plugin.unprepare([damaged])).kubelet_error == ""
         assert node.backend.in_use() == {"gpu-1": healthy.uid, "gpu-2": fresh.uid}
         assert FINALIZER not in node.claims.finalizers("default", "damaged")
-        assert damaged.uid not in node.driver.ledger.known_claims()
+        assert damaged.uid not in node.driver.engine.known_claims()
         assert (await node.plugin.prepare([thief])).kubelet_error == ""
 
 

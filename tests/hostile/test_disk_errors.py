@@ -29,7 +29,7 @@ async def test_write_error_fails_the_claim_and_changes_nothing(
 ) -> None:
     ok = add_claim(node, "ok", "gpu-3")
     assert (await node.plugin.prepare([ok])).kubelet_error == ""
-    records_before = node.driver.ledger.known_claims()
+    records_before = node.driver.engine.known_claims()
     specs_before = sorted(p.name for p in node.settings.cdi_dir.iterdir())
     victim = add_claim(node, "victim", "gpu-0")
 
@@ -41,7 +41,7 @@ async def test_write_error_fails_the_claim_and_changes_nothing(
     assert error
     assert ("No space left" in error) if action == "enospc" else ("Permission denied" in error)
     assert temp_files(node) == []
-    assert node.driver.ledger.known_claims() == records_before
+    assert node.driver.engine.known_claims() == records_before
     assert sorted(p.name for p in node.settings.cdi_dir.iterdir()) == specs_before
     assert node.backend.in_use() == {"gpu-3": ok.uid}
     assert FINALIZER not in node.claims.finalizers("default", "victim")

@@ -17,7 +17,7 @@ import pytest
 
 from dralet.checkpoint.model import ClaimState
 from tests import smalldisk
-from tests.recovery.nodekit import LedgerNode
+from tests.recovery.nodekit import EngineNode
 
 FS_BYTES = 1024 * 1024
 MOST_FREE = 64 * 1024
@@ -35,7 +35,7 @@ def mounts() -> Iterator[dict[str, Path]]:
         yield {"plugin": plugin_fs, "cdi": cdi_fs}
 
 
-def _assert_settled(node: LedgerNode, errors: dict[str, str]) -> None:
+def _assert_settled(node: EngineNode, errors: dict[str, str]) -> None:
     records = node.checkpoint().claims
     half = {uid: r.state for uid, r in records.items() if r.state in HALF_WAY}
     assert half == {}, f"records left half-way: {half}"
@@ -59,14 +59,14 @@ async def test_a_nearly_full_disk_never_strands_a_claim(
     for free in range(0, MOST_FREE + 1, STEP):
         case = f"free-{free}"
         (tmp_path / case).mkdir()
-        node = LedgerNode.create(
+        node = EngineNode.create(
             tmp_path / case,
             gpus=CLAIMS,
             plugin_dir=mounts["plugin"] / case / "plugin",
             cdi_dir=mounts["cdi"] / case / "cdi",
             recovery_retry=3600.0,
         )
-        await node.ledger.recover()
+        await node.engine.recover()
         refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
         fillers = [smalldisk.fill(m, free_pages=free // STEP) for m in filled]
         try:
@@ -80,8 +80,8 @@ async def test_a_nearly_full_disk_never_strands_a_claim(
             except AssertionError as exc:
                 stranded.append(f"{free} bytes free: {exc}")
         finally:
-            await node.ledger.work.cancel_all()
-            node.ledger.store.shutdown()
+            await node.engine.work.cancel_all()
+            node.engine.store.shutdown()
             for filler in fillers:
                 filler.unlink()
             for m in mounts.values():

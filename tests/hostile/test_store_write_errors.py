@@ -15,7 +15,7 @@ import pytest
 
 from dralet import failpoints
 from dralet.checkpoint.model import ClaimState
-from tests.recovery.nodekit import LedgerNode
+from tests.recovery.nodekit import EngineNode
 
 WRITES = 6
 """More store writes than one claim's prepare or unprepare makes (with its rollback)."""
@@ -44,7 +44,7 @@ def error_at(name: str, nth: int, code: int) -> Iterator[list[int]]:
         failpoints.hit = real_hit
 
 
-async def _assert_settled_after_restart(node: LedgerNode) -> None:
+async def _assert_settled_after_restart(node: EngineNode) -> None:
     engine = node.restart()
     await engine.recover()
     records = node.checkpoint().claims
@@ -60,8 +60,8 @@ async def _assert_settled_after_restart(node: LedgerNode) -> None:
 async def test_an_io_error_at_any_prepare_write_never_strands_the_claim(
     tmp_path: Path, point: str, nth: int, code: int
 ) -> None:
-    node = LedgerNode.create(tmp_path, recovery_retry=3600.0)
-    await node.ledger.recover()
+    node = EngineNode.create(tmp_path, recovery_retry=3600.0)
+    await node.engine.recover()
     ref = node.add_claim("c", "gpu-0")
     with error_at(point, nth, code) as hits:
         error = (await node.prepare(ref))[ref.uid].error
@@ -82,8 +82,8 @@ async def test_an_io_error_at_any_prepare_write_never_strands_the_claim(
 async def test_an_io_error_at_any_unprepare_write_never_strands_the_claim(
     tmp_path: Path, point: str, nth: int, code: int
 ) -> None:
-    node = LedgerNode.create(tmp_path, recovery_retry=3600.0)
-    await node.ledger.recover()
+    node = EngineNode.create(tmp_path, recovery_retry=3600.0)
+    await node.engine.recover()
     ref = node.add_claim("c", "gpu-0")
     assert (await node.prepare(ref))[ref.uid].error == ""
     with error_at(point, nth, code) as hits:

@@ -26,10 +26,10 @@ from dralet.node.backend import (
     PreparedDevice,
 )
 from dralet.node.claims import source
-from dralet.node.claims.calls import allocated, claim_allocation
+from dralet.node.claims.records import allocated, claim_allocation
 from dralet.node.invoke import Invoker
 from dralet.testing.claims import DRIVER, allocated_claim
-from tests.recovery.nodekit import LedgerNode
+from tests.recovery.nodekit import EngineNode
 
 OTHER = "other.example.com"
 
@@ -80,7 +80,7 @@ class Recording:
     """A v2 backend around the example GPUs that keeps every call's allocation; its
     methods are sync or async as ``sync`` says."""
 
-    def __init__(self, node: LedgerNode) -> None:
+    def __init__(self, node: EngineNode) -> None:
         self.node = node
         self.prepared: list[ClaimAllocation] = []
         self.released: list[tuple[ClaimAllocation, list[Mapping[str, Any]]]] = []
@@ -109,9 +109,9 @@ class Recording:
 
 
 async def test_prepare_and_release_see_the_configs_in_precedence_order(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     recording = Recording(node)
-    node.ledger.backend = recording
+    node.engine.backend = recording
     claim = node.claims.add(_claim("a", [("r0", "gpu-0"), ("r1", "gpu-1")], API_CONFIGS))
     ref = _ref(claim)
     assert (await node.prepare(ref))[ref.uid].error == ""
@@ -128,7 +128,7 @@ async def test_prepare_and_release_see_the_configs_in_precedence_order(tmp_path:
 
     # A new process: the configs come back from the record, not from the API.
     node.restart()
-    node.ledger.backend = recording
+    node.engine.backend = recording
     node.claims.objects.clear()
     assert await node.unprepare(ref) == {ref.uid: ""}
     ((released, states),) = recording.released
@@ -139,7 +139,7 @@ async def test_prepare_and_release_see_the_configs_in_precedence_order(tmp_path:
 
 
 async def test_strict_backend_sees_configs_and_states_round_trip(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path, strict=True)
+    node = EngineNode.create(tmp_path, strict=True)
     claim = node.claims.add(_claim("a", [("r0", "gpu-0"), ("r1", "gpu-1")], API_CONFIGS))
     ref = _ref(claim)
     assert (await node.prepare(ref))[ref.uid].error == ""
@@ -243,9 +243,9 @@ async def test_a_sync_call_past_its_timeout_is_temporary_and_blocks_the_claim_un
 async def test_an_async_call_past_its_timeout_is_cancelled_rolled_back_and_retried(
     tmp_path: Path,
 ) -> None:
-    node = LedgerNode.create(tmp_path, backend_call_timeout=0.05)
+    node = EngineNode.create(tmp_path, backend_call_timeout=0.05)
     recording = Recording(node)
-    node.ledger.backend = recording
+    node.engine.backend = recording
     gpus = node.backend
     cancelled = asyncio.Event()
     original = gpus.prepare
@@ -284,7 +284,7 @@ async def test_a_device_shared_by_claims_is_reported_for_each() -> None:
 async def test_an_orphan_holder_of_a_shared_device_is_found_beside_a_recorded_one(
     tmp_path: Path,
 ) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-0")
     assert (await node.prepare(a))[a.uid].error == ""
     gpus = node.backend

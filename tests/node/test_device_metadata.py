@@ -295,7 +295,7 @@ async def test_a_prepared_requests_metadata_is_updated_in_place(short_tmp: Path)
             "networkData": {"interfaceName": "eth7", "ips": ["10.1.2.3/16"]},
         }
         assert stream(files.read(UID, "gpu") or "")[0]["metadata"]["generation"] == 1
-        record = node.driver.ledger.known_claims()[UID]
+        record = node.driver.engine.known_claims()[UID]
         assert record.device_metadata["nic"] == files.read(UID, "nic")
         assert await node.driver.update_request_metadata(ref, "nic", {}) == 3
         with pytest.raises(dralet.PermanentError, match="not in this request"):

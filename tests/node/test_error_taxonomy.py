@@ -18,7 +18,7 @@ from dralet.drivers.example import SimulatedGPUs
 from dralet.node import service
 from dralet.node.backend import AllocatedDevice, ClaimRef, PreparedDevice
 from dralet.protocol.proto import dra_v1_pb2
-from tests.recovery.nodekit import LedgerNode
+from tests.recovery.nodekit import EngineNode
 
 
 class Flaky(SimulatedGPUs):
@@ -44,12 +44,12 @@ class Flaky(SimulatedGPUs):
         await super().release(claim, device, state)
 
 
-def _flaky(tmp_path: Path, **settings: Any) -> tuple[LedgerNode, Flaky]:
-    node = LedgerNode.create(tmp_path, **settings)
+def _flaky(tmp_path: Path, **settings: Any) -> tuple[EngineNode, Flaky]:
+    node = EngineNode.create(tmp_path, **settings)
     flaky = Flaky(node.backend)
     node.backend = flaky
-    node.ledger.backend = flaky
-    node.ledger.calls.backend = flaky
+    node.engine.backend = flaky
+    node.engine.calls.backend = flaky
     return node, flaky
 
 
@@ -93,9 +93,9 @@ class BadEdits(Flaky):
 async def test_edits_no_runtime_would_load_fail_that_claim_and_leave_nothing(
     tmp_path: Path,
 ) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     bad = BadEdits(node.backend)
-    node.backend = node.ledger.backend = node.ledger.calls.backend = bad  # type: ignore[assignment]
+    node.backend = node.engine.backend = node.engine.calls.backend = bad  # type: ignore[assignment]
     a, b = node.add_claim("a", "gpu-0"), node.add_claim("b", "gpu-1")
     outcomes = await node.prepare(a, b)
     assert "invalid environment variable 'NO_EQUALS_SIGN'" in outcomes[a.uid].error

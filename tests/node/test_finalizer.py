@@ -22,7 +22,7 @@ async def test_finalizer_present_exactly_while_prepared(node: Node) -> None:
     calls = node.claims.calls
     assert calls.index("add-finalizer default/c1") < len(calls)  # added during prepare
     await node.plugin.unprepare([kclaim(claim)])
-    await node.driver.ledger.settled()
+    await node.driver.engine.settled()
     assert node.claims.finalizers("default", "c1") == []
 
 
@@ -40,7 +40,7 @@ async def test_finalizer_is_removed_only_after_spec_unlink_and_release(node: Nod
 
     node.claims.remove_finalizer = observing  # type: ignore[method-assign]
     await node.plugin.unprepare([kclaim(claim)])
-    await node.driver.ledger.settled()
+    await node.driver.engine.settled()
     assert observed == [(False, {})]
 
 
@@ -52,7 +52,7 @@ async def test_deleted_claim_is_held_until_teardown_then_disappears(node: Node) 
     assert held["metadata"]["deletionTimestamp"]
     assert node.backend.in_use()  # still prepared: the claim must not vanish yet
     await node.plugin.unprepare([kclaim(claim)])
-    await node.driver.ledger.settled()
+    await node.driver.engine.settled()
     assert ("default", "c1") not in node.claims.objects
 
 
@@ -63,8 +63,8 @@ async def test_claim_already_gone_at_unprepare_needs_no_api(node: Node) -> None:
     result = await node.plugin.unprepare([kclaim(claim)])
     assert result.kubelet_error == ""
     assert node.backend.in_use() == {}
-    await node.driver.ledger.settled()
-    assert node.driver.ledger.known_claims() == {}
+    await node.driver.engine.settled()
+    assert node.driver.engine.known_claims() == {}
 
 
 async def test_finalizer_removal_failure_does_not_fail_unprepare_and_is_retried(node: Node) -> None:
@@ -75,13 +75,13 @@ async def test_finalizer_removal_failure_does_not_fail_unprepare_and_is_retried(
     result = await node.plugin.unprepare([kclaim(claim)])
     assert result.kubelet_error == ""  # teardown is done; only the API is behind
     assert node.backend.in_use() == {}
-    await node.driver.ledger.settled()
-    assert node.driver.ledger.known_claims()[uid].state == ClaimState.RELEASED
+    await node.driver.engine.settled()
+    assert node.driver.engine.known_claims()[uid].state == ClaimState.RELEASED
     assert node.claims.finalizers("default", "c1") == [FINALIZER]
     node.claims.fail_finalizer_removal = False
-    assert await node.driver.ledger.collect_stale() == []
+    assert await node.driver.engine.collect_stale() == []
     assert node.claims.finalizers("default", "c1") == []
-    assert node.driver.ledger.known_claims() == {}
+    assert node.driver.engine.known_claims() == {}
 
 
 async def test_unprepare_is_answered_before_the_owed_finalizer_removal(node: Node) -> None:
@@ -102,14 +102,14 @@ async def test_unprepare_is_answered_before_the_owed_finalizer_removal(node: Nod
     assert result.kubelet_error == ""
     assert node.backend.in_use() == {}
     assert not list(node.settings.cdi_dir.glob("*.json"))
-    assert node.driver.ledger.known_claims()[uid].state == ClaimState.RELEASED
+    assert node.driver.engine.known_claims()[uid].state == ClaimState.RELEASED
     assert node.claims.finalizers("default", "c1") == [FINALIZER]
     owed = node.driver.metrics.finalizer_removals_owed
     assert owed.collect()[0].samples[0].value == 1
     api_answers.set()
-    await node.driver.ledger.settled()
+    await node.driver.engine.settled()
     assert node.claims.finalizers("default", "c1") == []
-    assert node.driver.ledger.known_claims() == {}
+    assert node.driver.engine.known_claims() == {}
     assert owed.collect()[0].samples[0].value == 0
 
 
@@ -120,7 +120,7 @@ async def test_stale_claim_is_cleaned_only_after_the_grace_period(node: Node) ->
     # The claim is replaced behind the kubelet's back: same name, new UID.
     del node.claims.objects[("default", "c1")]
     node.claims.add(allocated_claim("c1", devices=[("gpu", "gpu-3")]))
-    ledger = node.driver.ledger
+    ledger = node.driver.engine
     grace = node.settings.stale_claim_grace
     assert await ledger.collect_stale(now=1000.0) == []
     assert await ledger.collect_stale(now=1000.0 + grace / 2) == []
@@ -136,7 +136,7 @@ async def test_a_claim_that_recovers_within_the_grace_period_is_kept(node: Node)
     claim = node.claims.add(allocated_claim("c1"))
     await node.plugin.prepare([kclaim(claim)])
     saved = node.claims.objects.pop(("default", "c1"))
-    ledger = node.driver.ledger
+    ledger = node.driver.engine
     assert await ledger.collect_stale(now=0.0) == []
     node.claims.objects[("default", "c1")] = saved  # API blip: the claim is back
     assert await ledger.collect_stale(now=1.0) == []
@@ -151,7 +151,7 @@ async def test_a_deleted_claim_no_pod_uses_is_stale(node: Node) -> None:
     await node.plugin.prepare([kclaim(claim)])
     node.claims.delete("default", "c1")  # held by our finalizer
     node.claims.objects[("default", "c1")]["status"]["reservedFor"] = []
-    ledger = node.driver.ledger
+    ledger = node.driver.engine
     assert await ledger.collect_stale(now=0.0) == []
     grace = node.settings.stale_claim_grace
     assert await ledger.collect_stale(now=grace + 1) == [claim["metadata"]["uid"]]

@@ -15,30 +15,31 @@ import pytest
 
 from dralet import errors, failpoints
 from dralet.cdi.store import SpecStore
+from dralet.checkpoint.model import ClaimState
 from dralet.node.backend import ClaimRef
-from dralet.node.claims import execute
-from dralet.node.claims.calls import each, each_until_late
-from dralet.node.claims.fairness import FairSlots
-from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
+from dralet.node.claims import group, states
+from dralet.node.claims.group import each, each_until_late
+from dralet.node.claims.schedule import FairSlots
+from tests.recovery.nodekit import EngineNode, SimulatedCrash, crash_at
 
 CLAIMS = 6
 
 
-def _node(tmp_path: Path, **settings: Any) -> tuple[LedgerNode, list[ClaimRef]]:
-    node = LedgerNode.create(tmp_path, gpus=CLAIMS, **settings)
+def _node(tmp_path: Path, **settings: Any) -> tuple[EngineNode, list[ClaimRef]]:
+    node = EngineNode.create(tmp_path, gpus=CLAIMS, **settings)
     return node, [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
 
 
 def _node_and_another(
     tmp_path: Path, **settings: Any
-) -> tuple[LedgerNode, list[ClaimRef], ClaimRef]:
+) -> tuple[EngineNode, list[ClaimRef], ClaimRef]:
     """``_node``, and one claim more (on a device of its own) for another call."""
-    node = LedgerNode.create(tmp_path, gpus=CLAIMS + 1, **settings)
+    node = EngineNode.create(tmp_path, gpus=CLAIMS + 1, **settings)
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
     return node, refs, node.add_claim("other", f"gpu-{CLAIMS}")
 
 
-def _all_prepared(node: LedgerNode, refs: list[ClaimRef]) -> None:
+def _all_prepared(node: EngineNode, refs: list[ClaimRef]) -> None:
     for i, ref in enumerate(refs):
         node.assert_prepared(ref, f"gpu-{i}")
 
@@ -122,11 +123,11 @@ async def test_one_call_makes_one_commit_per_step_and_one_group_of_specs(
     tmp_path: Path, spec_groups: list[int]
 ) -> None:
     node, refs = _node(tmp_path)
-    before = node.ledger.metrics.store_commits._value.get()
+    before = node.engine.metrics.store_commits._value.get()
     outcomes = await node.prepare(*refs)
     assert all(o.error == "" for o in outcomes.values())
     # Intents, then completions: two commits however many claims.
-    assert node.ledger.metrics.store_commits._value.get() - before == 2
+    assert node.engine.metrics.store_commits._value.get() - before == 2
     assert spec_groups == [CLAIMS]
     _all_prepared(node, refs)
 
@@ -137,11 +138,11 @@ async def test_one_unprepare_call_makes_one_commit_per_step_and_one_group_of_rem
     node, refs = _node(tmp_path)
     assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
     spec_groups.clear()
-    before = node.ledger.metrics.store_commits._value.get()
+    before = node.engine.metrics.store_commits._value.get()
     assert await node.unprepare(*refs) == {ref.uid: "" for ref in refs}
     # UnprepareStarted, Released (the answer; the finalizer removals owed), then the
     # records' removal: three commits however many claims.
-    assert node.ledger.metrics.store_commits._value.get() - before == 3
+    assert node.engine.metrics.store_commits._value.get() - before == 3
     assert spec_groups == [CLAIMS]
     for ref in refs:
         node.assert_gone(ref)
@@ -185,7 +186,7 @@ async def test_a_claim_failing_at_an_unprepare_step_fails_alone(
 class _Faults:
     """Makes claim ``c2`` fail at one step; every other claim goes through."""
 
-    def __init__(self, node: LedgerNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, node: EngineNode, monkeypatch: pytest.MonkeyPatch) -> None:
         self.node = node
         self.monkeypatch = monkeypatch
         self.victim = node.refs["c2"]
@@ -208,7 +209,7 @@ class _Faults:
 
     def failpoint(self) -> None:
         # The third claim to pass the step (in UID order within the call) errors.
-        failpoints.arm(execute.FP_AFTER_BACKEND_PREPARE, "error", nth=3)
+        failpoints.arm(states.FP_AFTER_BACKEND_PREPARE, "error", nth=3)
 
 
 @pytest.fixture
@@ -267,7 +268,7 @@ async def test_a_group_whose_locks_cannot_be_taken_goes_on_claim_by_claim(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node, refs = _node(tmp_path)
-    store = node.ledger.store
+    store = node.engine.store
     real = store.claim_locks
 
     def refused(uids: Any) -> Any:
@@ -284,13 +285,13 @@ async def test_a_group_whose_locks_cannot_be_taken_goes_on_claim_by_claim(
 @pytest.mark.parametrize(
     ("operation", "point"),
     [
-        ("prepare", execute.FP_AFTER_STARTED),
-        ("prepare", execute.FP_AFTER_FINALIZER),
-        ("prepare", execute.FP_AFTER_BACKEND_PREPARE),
-        ("prepare", execute.FP_AFTER_SPEC),
-        ("unprepare", execute.FP_AFTER_UNPREPARE_STARTED),
-        ("unprepare", execute.FP_AFTER_RELEASE),
-        ("unprepare", execute.FP_AFTER_FINALIZER_REMOVED),
+        ("prepare", states.FP_AFTER_STARTED),
+        ("prepare", states.FP_AFTER_FINALIZER),
+        ("prepare", states.FP_AFTER_BACKEND_PREPARE),
+        ("prepare", states.FP_AFTER_SPEC),
+        ("unprepare", states.FP_AFTER_UNPREPARE_STARTED),
+        ("unprepare", states.FP_AFTER_RELEASE),
+        ("unprepare", states.FP_AFTER_FINALIZER_REMOVED),
     ],
 )
 async def test_a_kill_between_the_steps_of_a_group_leaves_nothing_after_a_start(
@@ -314,13 +315,13 @@ async def test_a_kill_between_the_steps_of_a_group_leaves_nothing_after_a_start(
 async def test_a_group_is_as_large_as_the_slots_free_and_no_larger(tmp_path: Path) -> None:
     node, refs = _node(tmp_path, max_parallel_claims=4)
     sizes: list[int] = []
-    real = node.ledger.steps.prepare_fresh_many
+    real = node.engine.prepares.prepare_fresh_many
 
     async def sized(group: Any, **kwargs: Any) -> Any:
         sizes.append(len(group))
         return await real(group, **kwargs)
 
-    node.ledger.steps.prepare_fresh_many = sized  # type: ignore[method-assign,assignment]
+    node.engine.prepares.prepare_fresh_many = sized  # type: ignore[method-assign,assignment]
     outcomes = await node.prepare(*refs)
     assert {o.error for o in outcomes.values()} == {""}
     assert sizes == [4, 2]
@@ -406,7 +407,7 @@ async def test_a_claim_retrying_temporarily_holds_back_neither_its_call_nor_anot
         return (await node.prepare(other))[other.uid].error
 
     outcomes, other_error = await asyncio.gather(node.prepare(*refs), later())
-    assert await node.ledger.work.drain(10)
+    assert await node.engine.work.drain(10)
     # Retryable either way: its last try may still be running when the budget ends.
     assert outcomes[refs[0].uid].error.endswith("retry")
     assert {outcomes[ref.uid].error for ref in refs[1:]} == {""}
@@ -416,7 +417,7 @@ async def test_a_claim_retrying_temporarily_holds_back_neither_its_call_nor_anot
     for i, ref in enumerate(refs[1:], start=1):
         node.assert_prepared(ref, f"gpu-{i}")
     node.assert_prepared(other, f"gpu-{CLAIMS}")
-    assert node.ledger._slots._free == 4  # every slot given back
+    assert node.engine.scheduler._slots._free == 4  # every slot given back
 
 
 async def test_claims_prepared_are_answered_before_a_slow_rollback_of_another(
@@ -436,7 +437,7 @@ async def test_claims_prepared_are_answered_before_a_slow_rollback_of_another(
     outcomes = await node.prepare(*refs)
     assert "not finished within the call's time budget" in outcomes[refs[0].uid].error
     assert {outcomes[ref.uid].error for ref in refs[1:]} == {""}
-    assert await node.ledger.work.drain(10)  # the rollback went on after the answer
+    assert await node.engine.work.drain(10)  # the rollback went on after the answer
     node.assert_gone(refs[0])
     for i, ref in enumerate(refs[1:], start=1):
         node.assert_prepared(ref, f"gpu-{i}")
@@ -468,7 +469,7 @@ async def test_an_irreversible_failure_is_the_answer_only_once_every_other_claim
     # Every other claim was done, in every group, before the call answered Internal.
     for i, ref in enumerate(refs[1:], start=1):
         node.assert_prepared(ref, f"gpu-{i}")
-    assert node.ledger._slots._free == 2
+    assert node.engine.scheduler._slots._free == 2
 
 
 async def test_a_slot_waiter_cancelled_as_a_slot_comes_ends_cancelled() -> None:
@@ -489,7 +490,7 @@ async def test_a_group_whose_locks_fail_to_be_given_back_keeps_its_results(
     # The group's work is done when giving back one lock fails: its claims are not done
     # again one by one (a permanently failing claim would be tried twice).
     node, refs = _node(tmp_path)
-    store = node.ledger.store
+    store = node.engine.store
     real_unlock = store.unlock_claim
     failed_once: list[str] = []
 
@@ -521,7 +522,7 @@ async def test_a_claim_whose_device_hangs_holds_back_neither_its_group_nor_anoth
 ) -> None:
     # c2's backend prepare hangs for a while. The rest of its group goes on without it
     # and gives its slots back, so a call that comes meanwhile is served before c2 ends.
-    monkeypatch.setattr(execute, "LATE_AFTER", 0.05)
+    monkeypatch.setattr(group, "LATE_AFTER", 0.05)
     node, refs, other = _node_and_another(tmp_path, max_parallel_claims=CLAIMS)
     done_meanwhile = _hang_until(
         monkeypatch,
@@ -541,7 +542,7 @@ async def test_a_claim_whose_device_hangs_holds_back_neither_its_group_nor_anoth
     assert done_meanwhile == [True]
     _all_prepared(node, refs)
     node.assert_prepared(other, f"gpu-{CLAIMS}")
-    assert node.ledger._slots._free == CLAIMS
+    assert node.engine.scheduler._slots._free == CLAIMS
 
 
 async def test_each_until_late_leaves_only_calls_that_outlast_the_others() -> None:
@@ -567,7 +568,7 @@ async def test_each_until_late_leaves_only_calls_that_outlast_the_others() -> No
 async def test_a_claim_whose_release_hangs_holds_back_neither_its_group_nor_another_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(execute, "LATE_AFTER", 0.05)
+    monkeypatch.setattr(group, "LATE_AFTER", 0.05)
     node, refs, other = _node_and_another(tmp_path, max_parallel_claims=CLAIMS)
     assert {o.error for o in (await node.prepare(*refs, other)).values()} == {""}
     gone_meanwhile = _hang_until(
@@ -588,7 +589,7 @@ async def test_a_claim_whose_release_hangs_holds_back_neither_its_group_nor_anot
     assert gone_meanwhile == [True]
     for ref in (*refs, other):
         node.assert_gone(ref)
-    assert node.ledger._slots._free == CLAIMS
+    assert node.engine.scheduler._slots._free == CLAIMS
 
 
 async def test_a_crash_on_the_one_claim_route_ends_the_call(
@@ -650,3 +651,30 @@ async def test_cancelling_the_caller_of_each_until_late_waits_for_its_calls_to_s
         await caller
     # Nothing of the call runs on past its caller (whose claim locks it works under).
     assert cleaned_up.is_set()
+
+
+async def test_no_group_of_an_unprepare_waits_on_the_finalizer_removals_it_owes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two claims a group: while the API holds every finalizer removal back, every group
+    # of the call is still answered (the removals are owed, done in a task of their own).
+    node, refs = _node(tmp_path, max_parallel_claims=2)
+    assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
+    api_back = asyncio.Event()
+    real = node.claims.remove_finalizer
+
+    async def held_back(*args: Any, **kwargs: Any) -> bool:
+        await api_back.wait()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(node.claims, "remove_finalizer", held_back)
+    answers = await asyncio.wait_for(node.engine.unprepare(refs), 5)
+    assert answers == {ref.uid: "" for ref in refs}
+    for ref in refs:
+        record = node.record(ref)
+        assert record is not None
+        assert record.state is ClaimState.RELEASED
+    api_back.set()
+    await asyncio.wait_for(node.engine.settled(), 5)
+    for ref in refs:
+        node.assert_gone(ref)

@@ -106,7 +106,7 @@ async def test_unprepare_unknown_and_twice_is_ok_with_an_entry(node: Node) -> No
     assert again.kubelet_error == ""
     assert node.backend.in_use() == {}
     assert not list(node.settings.cdi_dir.glob("*.json"))
-    await node.driver.ledger.settled()
+    await node.driver.engine.settled()
     assert node.claims.finalizers("default", "c1") == []
 
 
@@ -148,7 +148,7 @@ async def test_malformed_requests_are_invalid_argument_and_write_nothing(
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert message in (info.value.details() or "")
     assert sorted(p.name for p in node.settings.plugin_dir.rglob("*")) == before
-    assert node.driver.ledger.known_claims() == {}
+    assert node.driver.engine.known_claims() == {}
     assert not list(node.settings.cdi_dir.glob("*"))
     assert node.backend.in_use() == {}
 
@@ -185,7 +185,7 @@ async def test_replaced_or_missing_claim_gets_a_per_claim_error(node: Node) -> N
     assert "was replaced" in result.claims[replaced.uid].error
     assert "not found" in result.claims[missing.uid].error
     assert node.backend.in_use() == {}
-    assert node.driver.ledger.known_claims() == {}
+    assert node.driver.engine.known_claims() == {}
 
 
 async def test_a_device_held_by_another_claim_is_refused_until_released(node: Node) -> None:

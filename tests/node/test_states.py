@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
 from dralet.node.claims import states
 
@@ -53,3 +55,40 @@ def test_device_state_and_config_are_kept_apart_and_old_records_still_read() -> 
     assert done.prepared_state == {"config": "backend's own key"}
     legacy = DeviceRecord(pool="p", device="gpu-0", backend_state={"config": [], "slot": 3})
     assert legacy.prepared_state == {"slot": 3}
+
+
+def test_every_failpoint_of_the_routes_is_named_by_the_table_and_declared() -> None:
+    from dralet import failpoints
+    from dralet.node.claims import prepare, teardown
+
+    named = [point for t in states.TRANSITIONS for point in t.failpoints]
+    assert len(named) == len(set(named))
+    assert set(named) <= failpoints.known()
+    assert all(point.startswith(("claim.prepare.", "claim.unprepare.")) for point in named)
+    used = {
+        value
+        for module in (prepare, teardown)
+        for name, value in vars(module).items()
+        if name.startswith("FP_")
+    }
+    assert used == set(named)
+
+
+def test_a_record_moves_only_along_the_table() -> None:
+    record = ClaimRecord("u", "ns", "c", ClaimState.PREPARE_STARTED)
+    completed = states.moved(record, ClaimState.PREPARE_COMPLETED)
+    assert completed.state is ClaimState.PREPARE_COMPLETED
+    # A rollback goes down from a prepare that never completed.
+    assert states.moved(record, ClaimState.UNPREPARE_STARTED).state is (
+        ClaimState.UNPREPARE_STARTED
+    )
+    down = states.moved(completed, ClaimState.UNPREPARE_STARTED)
+    assert states.moved(down, ClaimState.RELEASED).state is ClaimState.RELEASED
+    for before, after in (
+        (completed, ClaimState.PREPARE_STARTED),
+        (completed, ClaimState.RELEASED),
+        (down, ClaimState.PREPARE_COMPLETED),
+        (states.moved(down, ClaimState.RELEASED), ClaimState.UNPREPARE_STARTED),
+    ):
+        with pytest.raises(states.TransitionError):
+            states.moved(before, after)

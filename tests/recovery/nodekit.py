@@ -1,4 +1,4 @@
-"""An in-process node for ledger tests: real files, a simulated GPU backend, claims in
+"""An in-process node for claim engine tests: real files, a simulated GPU backend, claims in
 memory, and ``restart()`` to play a new driver process over the same directories.
 """
 
@@ -57,12 +57,12 @@ class ClaimLister:
 
 
 @dataclass
-class LedgerNode:
+class EngineNode:
     root: Path
     settings: DriverSettings
     claims: MemoryClaims
     backend: SimulatedGPUs
-    ledger: ClaimEngine
+    engine: ClaimEngine
     refs: dict[str, ClaimRef] = field(default_factory=dict)
     strict: StrictBackend | None = None
     """Set: the engine talks to a strict backend around the GPUs, which checks that
@@ -71,7 +71,7 @@ class LedgerNode:
     @classmethod
     def create(
         cls, root: Path, *, gpus: int = 4, strict: bool = False, **settings: Any
-    ) -> LedgerNode:
+    ) -> EngineNode:
         s = node_settings(root, **settings)
         claims = MemoryClaims()
         backend = SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=gpus)
@@ -83,7 +83,7 @@ class LedgerNode:
         """A new driver process on the same node: nothing is kept in memory."""
         if boot_id is not None:
             (self.root / "boot_id").write_text(boot_id + "\n")
-        self.ledger.store.shutdown()  # a process that went away holds no files open
+        self.engine.store.shutdown()  # a process that went away holds no files open
         self.backend = SimulatedGPUs(
             state_dir=self.root / "gpus",
             node_name=NODE,
@@ -92,10 +92,10 @@ class LedgerNode:
         )
         if self.strict is not None:
             self.strict = StrictBackend(state_dir=self.root / "strict", inner=self.backend)
-        self.ledger = ClaimEngine(
+        self.engine = ClaimEngine(
             self.settings, backend=self.strict or self.backend, claims=self.claims
         )
-        return self.ledger
+        return self.engine
 
     def add_claim(self, name: str, *devices: str, namespace: str = "default") -> ClaimRef:
         claim = self.claims.add(
@@ -109,22 +109,22 @@ class LedgerNode:
         return ref
 
     async def prepare(self, *refs: ClaimRef) -> dict[str, PrepareOutcome]:
-        return await self.ledger.prepare(refs)
+        return await self.engine.prepare(refs)
 
     async def unprepare(self, *refs: ClaimRef) -> dict[str, str]:
         """The answers, once the finalizer removals they owe are done too."""
-        answers = await self.ledger.unprepare(refs)
-        await self.ledger.settled()
+        answers = await self.engine.unprepare(refs)
+        await self.engine.settled()
         return answers
 
     def checkpoint(self) -> Checkpoint:
-        return self.ledger.snapshot().checkpoint
+        return self.engine.snapshot().checkpoint
 
     def record(self, ref: ClaimRef) -> ClaimRecord | None:
         return self.checkpoint().claims.get(ref.uid)
 
     def spec_path(self, ref: ClaimRef) -> Path:
-        return self.ledger.specs.path_for(ref.uid)
+        return self.engine.specs.path_for(ref.uid)
 
     def finalizers(self, ref: ClaimRef) -> list[str]:
         return self.claims.finalizers(ref.namespace, ref.name)
@@ -237,3 +237,6 @@ def crash_at(name: str, *, nth: int = 1) -> Iterator[None]:
         yield
     finally:
         failpoints.hit = real_hit
+
+
+"""The old name of ``EngineNode``, kept until every caller says ``EngineNode``."""

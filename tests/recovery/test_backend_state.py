@@ -20,24 +20,24 @@ from dralet.node.backend import (
 )
 from dralet.testing.strict import StrictBackend
 from tests.claimstore import damage_store
-from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
+from tests.recovery.nodekit import EngineNode, SimulatedCrash, crash_at
 
 PREPARE_POINTS = [
-    "ledger.prepare.after-started",
+    "claim.prepare.after-started",
     "api.add-finalizer.after",
-    "ledger.prepare.after-finalizer",
+    "claim.prepare.after-finalizer",
     "backend.prepare.before",
     "backend.prepare.after",
-    "ledger.prepare.after-backend",
+    "claim.prepare.after-backend",
     "cdi.write.after-rename",
-    "ledger.prepare.after-spec",
+    "claim.prepare.after-spec",
 ]
 UNPREPARE_POINTS = [
-    "ledger.unprepare.after-started",
+    "claim.unprepare.after-started",
     "cdi.remove.after-unlink",
     "backend.release.before",
     "backend.release.after",
-    "ledger.unprepare.after-release",
+    "claim.unprepare.after-release",
     "api.remove-finalizer.after",
 ]
 
@@ -48,7 +48,7 @@ def _disarm() -> object:
     failpoints.disarm()
 
 
-def _fail_second_device(node: LedgerNode, error: BaseException) -> None:
+def _fail_second_device(node: EngineNode, error: BaseException) -> None:
     """The example backend prepares a claim device by device: fail on gpu-1."""
     original = node.backend.prepare
 
@@ -61,7 +61,7 @@ def _fail_second_device(node: LedgerNode, error: BaseException) -> None:
 
 
 async def test_one_device_failing_rolls_back_the_other_with_its_state(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path, strict=True)
+    node = EngineNode.create(tmp_path, strict=True)
     a = node.add_claim("a", "gpu-0", "gpu-1")
     _fail_second_device(node, RuntimeError("gpu-1 is on fire"))
     outcome = (await node.prepare(a))[a.uid]
@@ -74,7 +74,7 @@ async def test_one_device_failing_rolls_back_the_other_with_its_state(tmp_path: 
 async def test_crash_between_devices_then_restart_releases_with_the_state(
     tmp_path: Path,
 ) -> None:
-    node = LedgerNode.create(tmp_path, strict=True)
+    node = EngineNode.create(tmp_path, strict=True)
     a = node.add_claim("a", "gpu-0", "gpu-1")
     _fail_second_device(node, SimulatedCrash())
     with pytest.raises(SimulatedCrash):
@@ -93,7 +93,7 @@ async def test_crash_between_devices_then_restart_releases_with_the_state(
 async def test_crash_in_prepare_then_restart_releases_with_the_state(
     tmp_path: Path, point: str, nth: int
 ) -> None:
-    node = LedgerNode.create(tmp_path, strict=True)
+    node = EngineNode.create(tmp_path, strict=True)
     a = node.add_claim("a", "gpu-0", "gpu-1")
     with crash_at(point, nth=nth), pytest.raises(SimulatedCrash):
         await node.prepare(a)
@@ -110,7 +110,7 @@ async def test_crash_in_prepare_then_restart_releases_with_the_state(
 async def test_crash_in_unprepare_then_restart_releases_with_the_state(
     tmp_path: Path, point: str
 ) -> None:
-    node = LedgerNode.create(tmp_path, strict=True)
+    node = EngineNode.create(tmp_path, strict=True)
     a = node.add_claim("a", "gpu-2", "gpu-3")
     assert (await node.prepare(a))[a.uid].error == ""
     with crash_at(point), pytest.raises(SimulatedCrash):
@@ -122,7 +122,7 @@ async def test_crash_in_unprepare_then_restart_releases_with_the_state(
 
 
 async def test_reboot_that_loses_the_device_releases_with_the_state(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path, strict=True)
+    node = EngineNode.create(tmp_path, strict=True)
     a = node.add_claim("a", "gpu-0")
     assert (await node.prepare(a))[a.uid].error == ""
     report = await node.restart(survives_reboot=False, boot_id="boot-2").recover()
@@ -133,7 +133,7 @@ async def test_reboot_that_loses_the_device_releases_with_the_state(tmp_path: Pa
 
 
 async def test_fail_closed_unprepare_releases_with_the_state(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path, strict=True)
+    node = EngineNode.create(tmp_path, strict=True)
     a = node.add_claim("a", "gpu-1")
     assert (await node.prepare(a))[a.uid].error == ""
     damage_store(node.settings.store_path)

@@ -18,7 +18,7 @@ import pytest
 from dralet.checkpoint.model import ClaimState
 from dralet.node.backend import ClaimRef
 from tests import smalldisk
-from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
+from tests.recovery.nodekit import EngineNode, SimulatedCrash, crash_at
 
 FS_BYTES = 1024 * 1024
 LEFT_FREE = 4096
@@ -32,8 +32,8 @@ def small_fs() -> Iterator[Path]:
         yield mountpoint
 
 
-def on_small_fs(tmp_path: Path, mount: Path, **settings: object) -> LedgerNode:
-    return LedgerNode.create(
+def on_small_fs(tmp_path: Path, mount: Path, **settings: object) -> EngineNode:
+    return EngineNode.create(
         tmp_path,
         gpus=CLAIMS,
         strict=True,
@@ -44,7 +44,7 @@ def on_small_fs(tmp_path: Path, mount: Path, **settings: object) -> LedgerNode:
     )
 
 
-def assert_nothing_half_done(node: LedgerNode, ref: ClaimRef) -> None:
+def assert_nothing_half_done(node: EngineNode, ref: ClaimRef) -> None:
     """An errored claim: no spec, no device held; a record left says roll back."""
     assert not node.spec_path(ref).exists()
     assert node.held_by(ref) == []
@@ -56,7 +56,7 @@ async def test_prepare_on_a_full_disk_leaves_nothing_half_done(
     tmp_path: Path, small_fs: Path
 ) -> None:
     node = on_small_fs(tmp_path, small_fs)
-    await node.ledger.recover()
+    await node.engine.recover()
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
     filler = smalldisk.fill(small_fs, free_pages=LEFT_FREE // smalldisk.PAGE)
 
@@ -82,11 +82,11 @@ async def test_recovery_on_a_full_or_read_only_disk_serves_and_finishes_later(
     tmp_path: Path, small_fs: Path, fault: str
 ) -> None:
     node = on_small_fs(tmp_path, small_fs)
-    await node.ledger.recover()
+    await node.engine.recover()
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(6)]
-    with crash_at("ledger.prepare.after-spec", nth=3), pytest.raises(SimulatedCrash):
+    with crash_at("claim.prepare.after-spec", nth=3), pytest.raises(SimulatedCrash):
         await node.prepare(*refs)  # killed mid-batch: several claims half-prepared
-    node.ledger.store.shutdown()  # the killed process holds no file open any more
+    node.engine.store.shutdown()  # the killed process holds no file open any more
     filler = smalldisk.fill(small_fs, free_pages=0) if fault == "full" else None
     if fault == "read-only":
         smalldisk.remount(small_fs, "ro")

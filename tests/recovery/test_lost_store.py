@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.recovery.nodekit import LedgerNode
+from tests.recovery.nodekit import EngineNode
 
 AUDIT_FIX = "dralet audit --fix --accept-lost-store"
 MAGIC = b"SQLite format 3\x00"
 HEADER = 100
 
 
-def _db(node: LedgerNode) -> Path:
+def _db(node: EngineNode) -> Path:
     return node.settings.store_path
 
 
@@ -93,18 +93,18 @@ DAMAGE: dict[str, Callable[[Path, bytes], None]] = {
 }
 
 
-async def _prepared_node(tmp_path: Path) -> tuple[LedgerNode, bytes]:
+async def _prepared_node(tmp_path: Path) -> tuple[EngineNode, bytes]:
     """A node with claim ``kept`` prepared on gpu-1, its driver gone; the database's
     bytes (its log folded in)."""
-    node = LedgerNode.create(tmp_path)
-    await node.ledger.recover()
+    node = EngineNode.create(tmp_path)
+    await node.engine.recover()
     kept = node.add_claim("kept", "gpu-1")
     assert (await node.prepare(kept))[kept.uid].error == ""
-    node.ledger.store.shutdown()  # the last connection folds the log into the file
+    node.engine.store.shutdown()  # the last connection folds the log into the file
     return node, _db(node).read_bytes()
 
 
-async def _assert_fails_closed_and_unprepares(node: LedgerNode) -> None:
+async def _assert_fails_closed_and_unprepares(node: EngineNode) -> None:
     engine = node.restart()
     report = await engine.recover()
     assert engine.fail_closed, "a store that had state was read as a fresh one"
@@ -140,8 +140,8 @@ async def test_a_store_damaged_as_a_file_fails_closed(tmp_path: Path, damage: st
 
 
 async def test_a_log_without_its_database_fails_closed(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path)
-    await node.ledger.recover()
+    node = EngineNode.create(tmp_path)
+    await node.engine.recover()
     kept = node.add_claim("kept", "gpu-1")
     assert (await node.prepare(kept))[kept.uid].error == ""
     db = _db(node)
@@ -149,7 +149,7 @@ async def test_a_log_without_its_database_fails_closed(tmp_path: Path) -> None:
     assert (_size(wal) or 0) > 0  # the driver runs: its commits are in the log
     saved = tmp_path / "wal"
     shutil.copyfile(wal, saved)
-    node.ledger.store.shutdown()
+    node.engine.store.shutdown()
     _drop_log(db)
     db.unlink()
     shutil.copyfile(saved, wal)
@@ -157,9 +157,9 @@ async def test_a_log_without_its_database_fails_closed(tmp_path: Path) -> None:
 
 
 async def test_an_empty_store_with_no_trace_of_state_starts_fresh(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path)
-    await node.ledger.recover()
-    node.ledger.store.shutdown()
+    node = EngineNode.create(tmp_path)
+    await node.engine.recover()
+    node.engine.store.shutdown()
     for marker in node.settings.plugin_dir.glob("claims.db.*"):
         marker.unlink()
     _empty(_db(node), b"")  # a first start killed before it wrote the schema
@@ -172,9 +172,9 @@ async def test_an_empty_store_with_no_trace_of_state_starts_fresh(tmp_path: Path
 
 
 async def test_a_missing_store_on_a_new_node_is_created(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     assert _size(_db(node)) is None
-    await node.ledger.recover()
-    assert not node.ledger.fail_closed
+    await node.engine.recover()
+    assert not node.engine.fail_closed
     first = node.add_claim("first", "gpu-0")
     assert (await node.prepare(first))[first.uid].error == ""

@@ -14,24 +14,24 @@ from pathlib import Path
 import pytest
 
 from dralet.checkpoint.model import ClaimState
-from tests.recovery.nodekit import FINALIZER, LedgerNode, SimulatedCrash, crash_at
+from tests.recovery.nodekit import FINALIZER, EngineNode, SimulatedCrash, crash_at
 
 PREPARE_CRASH_POINTS = [
     "api.add-finalizer.after",
-    "ledger.prepare.after-finalizer",
+    "claim.prepare.after-finalizer",
     "backend.prepare.after",
-    "ledger.prepare.after-backend",
+    "claim.prepare.after-backend",
     "cdi.write.after-rename",
-    "ledger.prepare.after-spec",
+    "claim.prepare.after-spec",
 ]
 UNPREPARE_CRASH_POINTS = [
-    "ledger.unprepare.after-started",
+    "claim.unprepare.after-started",
     "cdi.remove.after-unlink",
     "backend.release.after",
-    "ledger.unprepare.after-release",
+    "claim.unprepare.after-release",
 ]
 OWED_CRASH_POINTS = [
-    "ledger.unprepare.answered-finalizer-owed",
+    "claim.unprepare.answered-finalizer-owed",
     "api.remove-finalizer.before",
     "api.remove-finalizer.after",
 ]
@@ -42,7 +42,7 @@ OWED_CRASH_POINTS = [
 async def test_prepare_started_is_rolled_back_and_retry_prepares_cleanly(
     tmp_path: Path, point: str
 ) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-0", "gpu-1")
     with crash_at(point), pytest.raises(SimulatedCrash):
         await node.prepare(a)
@@ -63,7 +63,7 @@ async def test_prepare_started_is_rolled_back_and_retry_prepares_cleanly(
 async def test_completed_claim_with_missing_spec_gets_it_rewritten_from_the_record(
     tmp_path: Path,
 ) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-2")
     await node.prepare(a)
     content = node.spec_path(a).read_bytes()
@@ -78,7 +78,7 @@ async def test_completed_claim_with_missing_spec_gets_it_rewritten_from_the_reco
 
 @pytest.mark.parametrize("point", UNPREPARE_CRASH_POINTS)
 async def test_unprepare_started_is_finished(tmp_path: Path, point: str) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-0", "gpu-3")
     await node.prepare(a)
     with crash_at(point), pytest.raises(SimulatedCrash):
@@ -98,7 +98,7 @@ async def test_unprepare_started_is_finished(tmp_path: Path, point: str) -> None
 async def test_an_owed_finalizer_removal_is_done_after_a_restart(
     tmp_path: Path, point: str
 ) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-0", "gpu-3")
     await node.prepare(a)
     with crash_at(point), pytest.raises(SimulatedCrash):
@@ -119,7 +119,7 @@ async def test_an_owed_finalizer_removal_is_done_after_a_restart(
 async def test_spec_of_ours_without_a_record_is_removed_and_others_are_kept(
     tmp_path: Path,
 ) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-0")
     await node.prepare(a)
     orphan = node.spec_path(a).with_name("gpu.example.com-claim_0000-orphan.json")
@@ -136,7 +136,7 @@ async def test_spec_of_ours_without_a_record_is_removed_and_others_are_kept(
 
 
 async def test_device_in_use_without_a_record_is_released(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-0")
     await node.prepare(a)
     lost = "11111111-2222-3333-4444-555555555555"
@@ -150,7 +150,7 @@ async def test_device_in_use_without_a_record_is_released(tmp_path: Path) -> Non
 
 
 async def test_after_reboot_claims_are_revalidated_and_specs_recreated(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-1")
     await node.prepare(a)
     content = node.spec_path(a).read_bytes()
@@ -171,7 +171,7 @@ async def test_after_reboot_claims_are_revalidated_and_specs_recreated(tmp_path:
 async def test_after_reboot_claims_whose_devices_did_not_survive_are_rolled_back(
     tmp_path: Path,
 ) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-1", "gpu-2")
     await node.prepare(a)
 
@@ -182,16 +182,16 @@ async def test_after_reboot_claims_whose_devices_did_not_survive_are_rolled_back
     assert (await node.prepare(a))[a.uid].error == ""  # the kubelet prepares it afresh
 
 
-async def _messy_node(root: Path) -> tuple[LedgerNode, dict[str, str]]:
+async def _messy_node(root: Path) -> tuple[EngineNode, dict[str, str]]:
     """A node with one claim of every crash state, plus debris."""
-    node = LedgerNode.create(root)
+    node = EngineNode.create(root)
     refs = {n: node.add_claim(n, f"gpu-{i}") for i, n in enumerate(["kept", "half", "leaving"])}
     await node.prepare(refs["kept"], refs["leaving"])
     node.spec_path(refs["kept"]).unlink()
-    with crash_at("ledger.prepare.after-spec"), pytest.raises(SimulatedCrash):
+    with crash_at("claim.prepare.after-spec"), pytest.raises(SimulatedCrash):
         await node.prepare(refs["half"])
     node.restart()
-    with crash_at("ledger.unprepare.after-started"), pytest.raises(SimulatedCrash):
+    with crash_at("claim.unprepare.after-started"), pytest.raises(SimulatedCrash):
         await node.unprepare(refs["leaving"])
     held = {**node.backend.in_use(), "gpu-3": "99999999-0000-0000-0000-000000000000"}
     node.backend._save({"inUse": held, "shares": {}})

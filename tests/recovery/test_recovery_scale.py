@@ -13,8 +13,8 @@ import pytest
 
 from dralet import failpoints
 from dralet.node.backend import AllocatedDevice
-from dralet.node.claims import settle
-from tests.recovery.nodekit import LedgerNode
+from dralet.node.claims import nodewide
+from tests.recovery.nodekit import EngineNode
 
 CLAIMS = 24
 CHECKPOINT_WRITTEN = "store.commit.after"
@@ -38,7 +38,7 @@ def count_hits(name: str) -> Iterator[list[int]]:
 
 
 async def test_reboot_revalidation_writes_the_checkpoint_once(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path, gpus=CLAIMS)
+    node = EngineNode.create(tmp_path, gpus=CLAIMS)
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
     assert all(not o.error for o in (await node.prepare(*refs)).values())
 
@@ -55,7 +55,7 @@ async def test_reboot_revalidation_writes_the_checkpoint_once(tmp_path: Path) ->
 
 
 async def test_recovery_with_nothing_to_do_writes_nothing(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path, gpus=CLAIMS)
+    node = EngineNode.create(tmp_path, gpus=CLAIMS)
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
     await node.prepare(*refs)
     ledger = node.restart()
@@ -71,8 +71,8 @@ async def test_reboot_revalidation_in_chunks_settles_each_claim_alone(
     """More claims than one chunk: each chunk is stamped in one commit; a claim whose
     device did not survive is rolled back and a claim whose spec cannot be written is
     deferred, without holding back any other claim of its chunk."""
-    monkeypatch.setattr(settle, "REVALIDATE_CHUNK", 5)
-    node = LedgerNode.create(tmp_path, gpus=CLAIMS)
+    monkeypatch.setattr(nodewide, "REVALIDATE_CHUNK", 5)
+    node = EngineNode.create(tmp_path, gpus=CLAIMS)
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
     assert all(not o.error for o in (await node.prepare(*refs)).values())
     shutil.rmtree(node.settings.cdi_dir)  # /var/run/cdi is a tmpfs: a reboot empties it
@@ -112,7 +112,7 @@ async def test_a_stale_pass_cleans_every_claim_it_can_and_leaves_one_that_fails(
 ) -> None:
     """Stale claims are torn down together; one whose release fails stays recorded (and
     is tried again next pass) without holding back the others."""
-    node = LedgerNode.create(tmp_path, gpus=CLAIMS)
+    node = EngineNode.create(tmp_path, gpus=CLAIMS)
     refs = [node.add_claim(f"c{i}", f"gpu-{i}") for i in range(CLAIMS)]
     assert all(not o.error for o in (await node.prepare(*refs)).values())
     node.claims.objects.clear()  # every ResourceClaim is gone
@@ -126,7 +126,7 @@ async def test_a_stale_pass_cleans_every_claim_it_can_and_leaves_one_that_fails(
 
     monkeypatch.setattr(node.backend, "release_claim", release_unless_failing)
     with count_hits(CHECKPOINT_WRITTEN) as writes:
-        cleaned = await node.ledger.collect_stale(force=True)
+        cleaned = await node.engine.collect_stale(force=True)
 
     assert sorted(cleaned) == sorted(r.uid for r in refs if r is not failing)
     for ref in refs:
@@ -138,5 +138,5 @@ async def test_a_stale_pass_cleans_every_claim_it_can_and_leaves_one_that_fails(
     # (the failing claim's stays UnprepareStarted).
     assert writes[0] == 2
     monkeypatch.setattr(node.backend, "release_claim", release)
-    assert await node.ledger.collect_stale(force=True) == [failing.uid]
+    assert await node.engine.collect_stale(force=True) == [failing.uid]
     node.assert_gone(failing)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests import claimstore
-from tests.recovery.nodekit import LedgerNode
+from tests.recovery.nodekit import EngineNode
 
 BAD_UTF8 = b'{"state": "\xff\xfe PrepareCompleted"}'
 
@@ -27,8 +27,8 @@ BAD_UTF8 = b'{"state": "\xff\xfe PrepareCompleted"}'
 async def test_an_undecodable_row_fails_only_its_claim(
     tmp_path: Path, column: str, raw: bytes
 ) -> None:
-    node = LedgerNode.create(tmp_path)
-    await node.ledger.recover()
+    node = EngineNode.create(tmp_path)
+    await node.engine.recover()
     damaged = node.add_claim("damaged", "gpu-0")
     healthy = node.add_claim("healthy", "gpu-1")
     outcomes = await node.prepare(damaged, healthy)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dralet.cdi import store as cdi_store
-from tests.recovery.nodekit import LedgerNode
+from tests.recovery.nodekit import EngineNode
 
 
 def stamp(path: Path) -> tuple[int, int, int]:
@@ -21,7 +21,7 @@ def stamp(path: Path) -> tuple[int, int, int]:
 
 
 async def test_the_written_specs_stamp_is_recorded(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-1")
     await node.prepare(a)
     record = node.record(a)
@@ -32,7 +32,7 @@ async def test_the_written_specs_stamp_is_recorded(tmp_path: Path) -> None:
 async def test_an_unchanged_spec_is_not_read_at_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-1")
     await node.prepare(a)
     read: list[Path] = []
@@ -49,7 +49,7 @@ async def test_an_unchanged_spec_is_not_read_at_restart(
 
 
 async def test_a_replaced_spec_is_read_found_wrong_and_rewritten(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-1")
     await node.prepare(a)
     path = node.spec_path(a)
@@ -69,7 +69,7 @@ async def test_a_replaced_spec_is_read_found_wrong_and_rewritten(tmp_path: Path)
 
 
 async def test_a_reboot_records_the_stamps_of_the_specs_it_rewrites(tmp_path: Path) -> None:
-    node = LedgerNode.create(tmp_path)
+    node = EngineNode.create(tmp_path)
     a = node.add_claim("a", "gpu-1")
     await node.prepare(a)
     node.spec_path(a).unlink()

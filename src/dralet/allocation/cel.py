@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cache
@@ -725,7 +725,3 @@ class CelEngine:
                 f"compilation failed: undefined field '{_MULTIPLE_ALLOCATIONS}' not found in "
                 f"struct '{_DEVICE_TYPE_NAME}' (it needs the DRAConsumableCapacity feature gate)"
             )
-
-    def compile_all(self, expressions: Iterable[str]) -> list[CompiledSelector]:
-        """Compile several expressions, in order (the first failure raises)."""
-        return [self.compile(expression) for expression in expressions]

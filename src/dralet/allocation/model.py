@@ -172,10 +172,6 @@ class CapacityPolicy:
     maximum: Fraction | None = None
     step: Fraction | None = None
 
-    @property
-    def has_range(self) -> bool:
-        return self.minimum is not None
-
 
 @dataclass(frozen=True)
 class CounterConsumption:

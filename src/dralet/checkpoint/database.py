@@ -1,11 +1,11 @@
 """The claim record database: one row per claim in SQLite (WAL), committed in groups.
 
-Why SQLite (``benchmarks/bench_store_choice.py`` measures the alternatives): recording
-one claim's transition writes that claim's row only, a whole batch of transitions is
-one transaction and so one fsync of the write-ahead log, two driver instances on one
-node (a rolling update) share it safely through SQLite's own locking, and it ships with
-Python. A device's exclusive holder is a row of its own (``holds``), checked and taken
-in the same transaction as the claim's intent, so exclusivity never needs a scan.
+Why SQLite: recording one claim's transition writes that claim's row only, a whole
+batch of transitions is one transaction and so one fsync of the write-ahead log, two
+driver instances on one node (a rolling update) share it safely through SQLite's own
+locking, and it ships with Python. A device's exclusive holder is a row of its own
+(``holds``), checked and taken in the same transaction as the claim's intent, so
+exclusivity never needs a scan.
 
 Each claim row keeps the checksum envelope of the file format before it: the record's
 canonical JSON and a SHA-256 over the claim UID and that exact string. A row that fails

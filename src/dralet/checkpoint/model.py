@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 __all__ = ["Checkpoint", "ClaimRecord", "ClaimState", "DeviceRecord", "evolve"]
@@ -143,24 +143,3 @@ class Checkpoint:
     driver: str = ""
     boot_id: str = ""
     claims: Mapping[str, ClaimRecord] = field(default_factory=dict)
-
-    def with_claim(self, record: ClaimRecord) -> Checkpoint:
-        return replace(self, claims={**self.claims, record.uid: record})
-
-    def without_claim(self, uid: str) -> Checkpoint:
-        return replace(self, claims={k: v for k, v in self.claims.items() if k != uid})
-
-    def holder_of(self, pool: str, device: str, *, share_id: str = "") -> ClaimRecord | None:
-        """The record (if any) whose exclusive use of ``pool/device`` is still in force."""
-        for record in self.claims.values():
-            if not record.holds_devices:
-                continue
-            for d in record.devices:
-                if (
-                    d.pool == pool
-                    and d.device == device
-                    and not d.admin_access
-                    and d.share_id == share_id
-                ):
-                    return record
-        return None

@@ -268,20 +268,20 @@ async def run_audit(
             from dralet import kube  # imported here: the API client takes a second to load
 
             claim_source = kube.ClaimClient(client)
-        ledger = ClaimEngine(settings, backend=devices, claims=claim_source)
+        engine = ClaimEngine(settings, backend=devices, claims=claim_source)
         try:
             report: RecoveryReport
             if accept_lost_store:
                 # A new store first; then what the lost claims left is found (and
                 # repaired) as any other inconsistency.
-                report = await audit.accept_lost_store(ledger)
+                report = await audit.accept_lost_store(engine)
                 _, left = await _snapshot(settings, backend=devices, lister=lister)
                 if left:
-                    more = await audit.repair(ledger, left)
+                    more = await audit.repair(engine, left)
                     report.actions.extend(more.actions)
                     report.fail_closed = more.fail_closed
             else:
-                report = await audit.repair(ledger, findings)
+                report = await audit.repair(engine, findings)
             _, remaining = await _snapshot(settings, backend=devices, lister=lister)
         except (OSError, TimeoutError, errors.DraletError) as exc:
             raise AuditError(f"repair failed: {exc}") from exc

@@ -7,7 +7,7 @@ speak), ``shapes`` (converting objects between those versions), ``claims``
 (``ClaimClient``, the claim engine's ``ClaimSource``), ``inventory`` (listing claims,
 slices and classes for the CLI) and ``slices`` (pure ResourceSlice rules and diffing,
 used by the node's publisher). Used by ``dralet.node``
-(publisher, ledger wiring), the CLI and the API stand-in in ``dralet.apiserver``.
+(publisher, claim engine wiring), the CLI and the API stand-in in ``dralet.apiserver``.
 """
 
 from __future__ import annotations

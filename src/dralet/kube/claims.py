@@ -1,4 +1,4 @@
-"""``ClaimClient``: ResourceClaims for the ledger, through the API server.
+"""``ClaimClient``: ResourceClaims for the claim engine, through the API server.
 
 Implements ``dralet.node.claims.ClaimSource``: read a claim, and add or remove this
 driver's finalizer with one strategic-merge patch and no read. ``metadata.finalizers`` is

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dralet.node.claims import settle
 from dralet.node.claims.engine import ClaimEngine
+from dralet.node.claims.nodewide import RecoveryReport
 from dralet.node.claims.observe import ClaimLister, NodeSnapshot, take_snapshot
 from dralet.node.claims.plan import Finding, plan_node
-from dralet.node.claims.settle import RecoveryReport
 
 __all__ = [
     "ClaimLister",
@@ -42,5 +41,5 @@ async def repair(engine: ClaimEngine, findings: Sequence[Finding]) -> RecoveryRe
 
 async def accept_lost_store(engine: ClaimEngine) -> RecoveryReport:
     """``--fix --accept-lost-store``: start a new store in place of a lost one, then
-    recover (``settle.accept_lost_store``)."""
-    return await settle.accept_lost_store(engine)
+    recover (``nodewide.accept_lost_store``)."""
+    return await engine.accept_lost_store()

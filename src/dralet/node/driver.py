@@ -27,10 +27,10 @@ from dralet import logs
 from dralet.kube import access
 from dralet.metrics import DriverMetrics
 from dralet.node import directories, factory
-from dralet.node.backend import ClaimRef, DeviceMetadata
+from dralet.node.backend import ClaimBackend, ClaimRef, DeviceMetadata
 from dralet.node.claims import ClaimSource, RecoveryReport
 from dralet.node.config import Settings
-from dralet.node.invoke import AnyBackend, normalize
+from dralet.node.invoke import normalize
 from dralet.node.publisher import SlicePublisher
 from dralet.node.runner import BackgroundWork, NodeServer
 
@@ -57,7 +57,7 @@ class Driver:
 
     def __init__(
         self,
-        backend: AnyBackend | str,
+        backend: ClaimBackend | str,
         settings: Settings,
         *,
         config: factory.DriverConfig | None = None,
@@ -66,7 +66,7 @@ class Driver:
     ) -> None:
         self.settings = settings
         self.metrics = metrics or DriverMetrics()
-        self._make_backend: Callable[[], AnyBackend]
+        self._make_backend: Callable[[], ClaimBackend]
         if isinstance(backend, str):
             name, driver_config = backend, config or factory.DriverConfig()
             target, make = factory.find(name)
@@ -75,7 +75,7 @@ class Driver:
         else:
             self._make_backend = lambda: backend
         self._claims = claims
-        self._backend: AnyBackend | None = None
+        self._backend: ClaimBackend | None = None
         self._server: NodeServer | None = None
         self._client: KubeClient | None = None
         self._publisher: SlicePublisher | None = None
@@ -84,7 +84,7 @@ class Driver:
         self._closing: asyncio.Future[None] | None = None
 
     @property
-    def backend(self) -> AnyBackend:
+    def backend(self) -> ClaimBackend:
         """The backend being served (built by its factory in ``start()`` when named)."""
         if self._backend is None:
             raise RuntimeError("the driver's backend is built by start()")
@@ -277,7 +277,7 @@ async def serve(driver: Driver) -> None:
 
 
 def run(
-    backend: AnyBackend | str,
+    backend: ClaimBackend | str,
     settings: Settings,
     *,
     config: factory.DriverConfig | None = None,

@@ -39,7 +39,7 @@ from dralet.node.backend import (
     PreparedDevice,
 )
 
-__all__ = ["AnyBackend", "BackendTimeoutError", "Invoker", "held_devices", "normalize"]
+__all__ = ["BackendTimeoutError", "Invoker", "held_devices", "normalize"]
 
 FP_BACKEND_PREPARE_BEFORE = "backend.prepare.before"
 FP_BACKEND_PREPARE_AFTER = "backend.prepare.after"
@@ -51,10 +51,6 @@ failpoints.declare(
     FP_BACKEND_RELEASE_BEFORE,
     FP_BACKEND_RELEASE_AFTER,
 )
-
-AnyBackend = ClaimBackend
-"""The old name of ``ClaimBackend``, kept only until its last users in ``dralet.node`` say
-``ClaimBackend``."""
 
 
 class BackendTimeoutError(errors.TemporaryError):

@@ -73,13 +73,8 @@ def build_pool(
         for counter_set in counter_sets:
             as_json = counter_set_to_json(counter_set)
             set_problems = slices.counter_set_problems(counter_set.name, as_json["counters"])
-            if counter_set.name in names:
-                set_problems.append(f"counter set {counter_set.name!r} is listed twice")
-            if set_problems:
-                skipped.append("; ".join(set_problems))
-                continue
-            names.add(counter_set.name)
-            counters.append(as_json)
+            if _listed(counter_set.name, "counter set", set_problems, names, skipped):
+                counters.append(as_json)
     seen: set[str] = set()
     converted = []
     for device in backend_devices:
@@ -94,13 +89,8 @@ def build_pool(
             unserved |= removed
         device_problems = slices.device_problems(as_json)
         device_problems += slices.own_domain_problems(as_json, driver=driver)
-        if device.name in seen:
-            device_problems.append(f"device {device.name!r} is listed twice")
-        if device_problems:
-            skipped.append("; ".join(device_problems))
-            continue
-        seen.add(device.name)
-        converted.append(as_json)
+        if _listed(device.name, "device", device_problems, seen, skipped):
+            converted.append(as_json)
     advanced = any(d.get("taints") or d.get("consumesCounters") for d in converted)
     size = (
         slices.MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
@@ -128,3 +118,15 @@ def own_domain_problems(backend_devices: Sequence[Device], *, driver: str) -> li
     for device in backend_devices:
         problems += slices.own_domain_problems(device_to_json(device), driver=driver)
     return problems
+
+
+def _listed(name: str, what: str, problems: list[str], seen: set[str], skipped: list[str]) -> bool:
+    """Whether the entry ``name`` is published: without ``problems`` and not listed
+    before; otherwise why not goes to ``skipped``."""
+    if name in seen:
+        problems.append(f"{what} {name!r} is listed twice")
+    if problems:
+        skipped.append("; ".join(problems))
+        return False
+    seen.add(name)
+    return True

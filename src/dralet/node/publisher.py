@@ -31,8 +31,8 @@ from dralet.kube.events import NodeEvents
 from dralet.kube.inventory import slice_field_selector
 from dralet.metrics import DriverMetrics
 from dralet.node import devices, published
-from dralet.node.backend import HealthStatus
-from dralet.node.invoke import AnyBackend, Invoker, normalize
+from dralet.node.backend import ClaimBackend, HealthStatus
+from dralet.node.invoke import Invoker, normalize
 
 if TYPE_CHECKING:
     from dralet.kube.client import KubeClient
@@ -84,12 +84,16 @@ class SlicePublisher:
 
     ``pool`` defaults to the node name. ``api_version`` (e.g. ``"v1beta1"``) skips
     discovery; without it the newest served resource.k8s.io version is used.
+
+    Longer than most classes: one reconcile (read, plan, carry out) and the three
+    loops that start it (the retry loop, the health and slice watches) share the
+    owner, the served version and features and the wake-up event, and stay together.
     """
 
     def __init__(
         self,
         client: KubeClient,
-        backend: AnyBackend | Invoker,
+        backend: ClaimBackend | Invoker,
         *,
         driver: str,
         node_name: str,

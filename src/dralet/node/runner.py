@@ -27,9 +27,9 @@ from grpc_health.v1._async import HealthServicer
 from dralet import errors
 from dralet.metrics import DriverMetrics
 from dralet.node import directories, service, sockets
-from dralet.node.backend import ClaimRef, DeviceMetadata, HealthNotSupported
+from dralet.node.backend import ClaimBackend, ClaimRef, DeviceMetadata, HealthNotSupported
 from dralet.node.claims import ClaimEngine, ClaimSource, EventSink, RecoveryReport, metadataupdate
-from dralet.node.invoke import AnyBackend, Invoker, normalize
+from dralet.node.invoke import Invoker, normalize
 from dralet.node.settings import DriverSettings
 from dralet.node.tasks import TaskSet
 from dralet.protocol import wire
@@ -105,7 +105,7 @@ class NodeServer:
     def __init__(
         self,
         settings: DriverSettings,
-        backend: AnyBackend | Invoker,
+        backend: ClaimBackend | Invoker,
         *,
         claims: ClaimSource | None = None,
         metrics: DriverMetrics | None = None,
@@ -116,7 +116,7 @@ class NodeServer:
         self.settings = settings
         self.backend = normalize(backend, timeout=settings.backend_call_timeout)
         self.metrics = metrics or DriverMetrics()
-        self.ledger = ClaimEngine(
+        self.engine = ClaimEngine(
             settings, backend=self.backend, claims=claims, metrics=self.metrics
         )
         self.registration = service.RegistrationServicer(
@@ -154,11 +154,11 @@ class NodeServer:
         # live writer of another instance still holds is left alone.
         for leftover in directories.sweep_temp_files(s):
             log.info("removed temp file %s left by an interrupted write", leftover)
-        self.recovery = await self.ledger.recover()
+        self.recovery = await self.engine.recover()
         for action, subject in self.recovery.actions:
             log.warning("recovery: %s %s", action, subject)
-        if self.ledger.fail_closed:
-            await self._report("CheckpointCorrupt", self.ledger.fail_closed)
+        if self.engine.fail_closed:
+            await self._report("CheckpointCorrupt", self.engine.fail_closed)
         self.reports_health = await self._backend_reports_health()
         if not self.reports_health:
             self.registration.versions = service.SUPPORTED_VERSIONS
@@ -174,7 +174,7 @@ class NodeServer:
             self._tasks.spawn(name, work())
         status = (
             health_pb2.HealthCheckResponse.NOT_SERVING
-            if self.ledger.fail_closed
+            if self.engine.fail_closed
             else health_pb2.HealthCheckResponse.SERVING
         )
         # Liveness answers SERVING even when failing closed: restarting cannot repair a
@@ -197,7 +197,7 @@ class NodeServer:
         """Rewrite a prepared claim's device metadata file for ``request``; see
         ``dralet.Driver.update_request_metadata``."""
         return await metadataupdate.update_request_metadata(
-            self.ledger, claim.uid, request, devices
+            self.engine, claim.uid, request, devices
         )
 
     async def _backend_reports_health(self) -> bool:
@@ -229,11 +229,11 @@ class NodeServer:
     async def _start_dra_server(self) -> None:
         server = grpc.aio.server(options=wire.server_options())
         wire.add_service(
-            server, service.DRAv1Servicer(self.ledger), _service(dra_v1_pb2, "DRAPlugin")
+            server, service.DRAv1Servicer(self.engine), _service(dra_v1_pb2, "DRAPlugin")
         )
         wire.add_service(
             server,
-            service.DRAv1beta1Servicer(self.ledger),
+            service.DRAv1beta1Servicer(self.engine),
             _service(dra_v1beta1_pb2, "DRAPlugin"),
         )
         health: dict[str, Any] = {
@@ -288,7 +288,7 @@ class NodeServer:
         await self.registration.registered.wait()
         for event in self._ready_after:
             await event.wait()
-        if not self.ledger.fail_closed:
+        if not self.engine.fail_closed:
             await self.health.set(READINESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
     async def _report(self, reason: str, message: str) -> None:
@@ -305,7 +305,7 @@ class NodeServer:
     async def _collect_stale_forever(self) -> None:
         while True:
             try:
-                await self.ledger.collect_stale()
+                await self.engine.collect_stale()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -324,7 +324,7 @@ class NodeServer:
         self._stopping.set()  # idle health streams end before the grace period
         if self._dra_server is not None:
             await self._dra_server.stop(grace)
-        await self.ledger.work.close(grace=grace)
+        await self.engine.work.close(grace=grace)
         if self._dra_server is not None:  # never another instance's socket
             self.settings.dra_socket.unlink(missing_ok=True)
         if self._health_server is not None:
@@ -332,6 +332,6 @@ class NodeServer:
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()
         await self._tasks.cancel_all()
-        await self.ledger.close()
+        await self.engine.close()
         self.stopped.set()
         log.info("driver stopped")

@@ -12,15 +12,16 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
 from dralet import errors, kubenames, logs
 from dralet.node.backend import (
+    ClaimBackend,
     ClaimRef,
     ClaimUID,
     DeviceHealth,
@@ -28,7 +29,7 @@ from dralet.node.backend import (
     HealthStatus,
 )
 from dralet.node.claims import ClaimEngine, PrepareOutcome
-from dralet.node.invoke import AnyBackend, Invoker, normalize
+from dralet.node.invoke import Invoker, normalize
 from dralet.protocol.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -162,6 +163,22 @@ async def _abort_irreversible(context: Any, exc: errors.IrreversibleError) -> No
     await context.abort(grpc.StatusCode.INTERNAL, f"irreversible failure, manual repair: {exc}")
 
 
+_O = TypeVar("_O")
+
+
+async def _engine_call(
+    request: Any, context: Any, call: Callable[[Sequence[ClaimRef]], Awaitable[dict[str, _O]]]
+) -> tuple[ParsedClaims, dict[str, _O]]:
+    """The request's claims checked at the edge, then the engine's ``call`` of those it
+    took; an irreversible failure fails the RPC (Internal)."""
+    parsed = await _parse_or_abort(request, context)
+    try:
+        return parsed, await call(parsed.refs)
+    except errors.IrreversibleError as exc:
+        await _abort_irreversible(context, exc)
+        raise
+
+
 def _fill_prepare_response(
     pb2: ModuleType, outcomes: Mapping[str, PrepareOutcome], *, with_share_id: bool
 ) -> Any:
@@ -202,24 +219,14 @@ class _DRAImplementation:
 
     async def prepare(self, request: Any, context: Any) -> Any:
         with logs.bind(request_id=uuid.uuid4().hex[:12], rpc="NodePrepareResources"):
-            parsed = await _parse_or_abort(request, context)
-            try:
-                outcomes = await self.engine.prepare(parsed.refs)
-            except errors.IrreversibleError as exc:
-                await _abort_irreversible(context, exc)
-                raise
+            parsed, outcomes = await _engine_call(request, context, self.engine.prepare)
             for uid, error in parsed.refused.items():
                 outcomes[uid] = PrepareOutcome(error=error)
             return _fill_prepare_response(self.pb2, outcomes, with_share_id=self.with_share_id)
 
     async def unprepare(self, request: Any, context: Any) -> Any:
         with logs.bind(request_id=uuid.uuid4().hex[:12], rpc="NodeUnprepareResources"):
-            parsed = await _parse_or_abort(request, context)
-            try:
-                outcomes = await self.engine.unprepare(parsed.refs)
-            except errors.IrreversibleError as exc:
-                await _abort_irreversible(context, exc)
-                raise
+            parsed, outcomes = await _engine_call(request, context, self.engine.unprepare)
             outcomes.update(parsed.refused)
             return _fill_unprepare_response(self.pb2, outcomes)
 
@@ -269,7 +276,7 @@ class ResourceHealthServicer(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServic
 
     def __init__(
         self,
-        backend: AnyBackend | Invoker,
+        backend: ClaimBackend | Invoker,
         *,
         pool: str,
         interval: float,

@@ -91,7 +91,7 @@ class RunningNode:
     async def settled(self) -> None:
         """Wait for the work that follows the answers given so far: the finalizer
         removals an unprepare owes once the kubelet has its answer."""
-        await self.driver.ledger.settled()
+        await self.driver.engine.settled()
 
 
 @contextlib.asynccontextmanager

@@ -1,15 +1,21 @@
 """The claim engine: one explicit state machine for every claim on a node.
 
-``states`` (the lifecycle as data) · ``observe`` (read what is true, change nothing) ·
-``plan`` (pure: goal + observation → steps; also what ``dralet audit`` reports) ·
-``execute`` (the steps, under the claim lock, with failpoints and durable records) ·
-``store`` (the records, over ``dralet.checkpoint``) · ``engine`` (the RPC paths) ·
-``settle`` (recovery at start, stale-claim cleanup, ``audit --fix``) · ``source``
-(the ResourceClaim port and its pure checks) · ``calls`` · ``fairness``.
+Read top down, each module importing only those below it (an import contract checks
+it): ``engine`` (the RPC paths: prepare and unprepare calls) · ``nodewide`` (recovery
+at start, stale-claim cleanup, ``audit --fix``) · ``parts`` (what both work on) ·
+``prepare`` / ``teardown`` / ``repairs`` (the routes: each durable step under the claim
+lock) · ``answers`` (each claim's answer, the one retry rule) · ``group`` (how a group
+of claims goes through a step) · ``plan`` (pure: goal + observation → steps; also what
+``dralet audit`` reports) · ``calls`` (every call out of the process) · ``schedule``
+(calls on fairly shared slots) · ``specio`` (a claim's CDI spec, built and written) ·
+``observe`` (read what is true, change nothing) · ``records`` (a claim's devices as
+recorded) · ``states`` (the lifecycle table: failpoints, allowed record states) ·
+``store`` (the records, over ``dralet.checkpoint``) · ``source`` (the ResourceClaim
+port and its pure checks).
 """
 
 from dralet.node.claims.engine import ClaimEngine, Mode, PrepareOutcome
-from dralet.node.claims.settle import RecoveryReport
+from dralet.node.claims.nodewide import RecoveryReport
 from dralet.node.claims.source import (
     ClaimSource,
     EventSink,

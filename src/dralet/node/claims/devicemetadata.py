@@ -38,8 +38,8 @@ from dralet import errors, failpoints, fsutil, kubenames
 from dralet.cdi.spec import Mount
 from dralet.checkpoint.model import DeviceRecord
 from dralet.node.backend import ClaimRef, DeviceMetadata, PreparedDevice
-from dralet.node.claims.calls import SUBREQUEST
 from dralet.node.claims.devicestatus import DeviceStatusError, network_data_json
+from dralet.node.claims.records import SUBREQUEST
 from dralet.node.devices import attributes_to_json
 
 __all__ = [

@@ -45,7 +45,7 @@ async def update_request_metadata(
         new_text, generation = devicemetadata.updated(
             text, devices=devices, versions=settings.device_metadata_versions
         )
-        await asyncio.to_thread(engine.steps.metadata_files.write, claim_uid, {base: new_text})
+        await asyncio.to_thread(engine.metadata_files.write, claim_uid, {base: new_text})
         metadata = {**record.device_metadata, base: new_text}
         await engine.store.put(record.with_state(record.state, device_metadata=metadata))
     return generation

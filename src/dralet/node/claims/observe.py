@@ -2,15 +2,17 @@
 
 ``take_snapshot`` reads the whole node (recovery at start, ``dralet audit``);
 ``ClaimView`` is one claim's slice of it, read again under the claim's lock before the
-engine acts. Fail-closed status and the current boot ID travel in the snapshot, so the
-planner decides on them like on anything else it observes.
+engine acts (``Observer``: every claim observed in the same turn of the event loop
+read in one query, its files looked up together). Fail-closed status and the
+current boot ID travel in the snapshot, so the planner decides on them like on
+anything else it observes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,11 +21,28 @@ from dralet.cdi import store as cdi_store
 from dralet.checkpoint import database
 from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import Checkpoint, ClaimRecord
+from dralet.node.backend import ClaimBackend
+from dralet.node.batches import settle_future
 from dralet.node.claims.devicemetadata import MetadataFiles
-from dralet.node.invoke import AnyBackend, Invoker, held_devices, normalize
+from dralet.node.claims.store import RecordStore
+from dralet.node.invoke import Invoker, held_devices, normalize
 from dralet.node.settings import DriverSettings
+from dralet.node.tasks import TaskSet
 
-__all__ = ["ClaimLister", "ClaimView", "Mode", "NodeSnapshot", "read_boot_id", "take_snapshot"]
+__all__ = [
+    "ClaimLister",
+    "ClaimView",
+    "Mode",
+    "NodeSnapshot",
+    "Observer",
+    "artifacts_present",
+    "read_boot_id",
+    "take_snapshot",
+]
+
+INLINE_CHECKS = 8
+"""Claims observed together whose files are checked on the event loop; more go to a
+worker thread together."""
 
 
 class ClaimLister(Protocol):
@@ -53,10 +72,11 @@ class NodeSnapshot:
     """Claim UIDs that have device metadata files."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Mode:
     """Serving (``fail_closed`` empty) or failing closed: the checkpoint is not trusted,
-    new prepares are refused, unprepare works from what the CDI dir and backend prove."""
+    new prepares are refused, unprepare works from what the CDI dir and backend prove.
+    One per engine, changed in place (every part that reads it sees the change)."""
 
     fail_closed: str = ""
 
@@ -116,7 +136,7 @@ def _read_specs(
 async def take_snapshot(
     settings: DriverSettings,
     *,
-    backend: AnyBackend | Invoker | None = None,
+    backend: ClaimBackend | Invoker | None = None,
     claims: ClaimLister | None = None,
     records: Snapshot | None = None,
     trust_stamps: bool = False,
@@ -153,3 +173,124 @@ async def take_snapshot(
         corrupt=corrupt,
         metadata=frozenset(MetadataFiles(settings.plugin_dir).claim_uids()),
     )
+
+
+def artifacts_present(
+    specs: cdi_store.SpecStore, metadata: MetadataFiles, record: ClaimRecord | None, uid: str
+) -> bool:
+    """Whether the claim's CDI spec (and its device metadata files, if it has any) are on
+    disk; for a claim without a record, whether any of them is."""
+    if record is None:
+        return specs.exists(uid) or metadata.has_any(uid)
+    if not specs.exists(uid):
+        return False
+    return metadata.present(uid, list(record.device_metadata))
+
+
+_Seen = tuple[str, ClaimRecord | None, str]
+"""A claim's UID, its record (None: none, or not trusted) and why it fails closed."""
+
+
+class Observer:
+    """Claims as they are now: call with their locks held. Never writes.
+
+    A record that fails its checksum makes that claim alone fail closed; a store that
+    cannot be read at all makes the whole node fail closed (``corrupt`` hears of it).
+    """
+
+    def __init__(
+        self,
+        store: RecordStore,
+        specs: cdi_store.SpecStore,
+        metadata: MetadataFiles,
+        work: TaskSet,
+        *,
+        mode: Mode,
+        corrupt: Callable[[errors.CheckpointCorruptError], None],
+    ) -> None:
+        self.store = store
+        self.specs = specs
+        self.metadata = metadata
+        self.work = work
+        self.mode = mode
+        self._corrupt = corrupt
+        self._pending: list[tuple[str, asyncio.Future[ClaimView]]] = []
+
+    async def one(self, uid: str) -> ClaimView:
+        """``group`` of one claim, observed with the others observed in the same turn of
+        the event loop (recovery observes each of 10,000 claims under its own lock)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ClaimView] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._observe_pending)
+        self._pending.append((uid, future))
+        return await future
+
+    async def group(
+        self, uids: Sequence[str], *, known: Snapshot | None = None
+    ) -> list[ClaimView | BaseException]:
+        """The claims, their records read in one query (rows unchanged since the snapshot
+        ``known`` are not decoded again) and their files checked together (a few inline,
+        more in one worker thread); a view each, or the error of checking its files."""
+        seen = self._read(uids, known)
+        if len(seen) <= INLINE_CHECKS:
+            return self._views(seen)
+        return await asyncio.to_thread(self._views, seen)
+
+    def _read(self, uids: Sequence[str], known: Snapshot | None) -> list[_Seen]:
+        found: Mapping[str, tuple[ClaimRecord | None, str]] = {}
+        if not self.mode.fail_closed:
+            try:
+                found = self.store.records_now(uids, known=known)
+            except errors.CheckpointCorruptError as exc:
+                self._corrupt(exc)
+        return [(uid, *found.get(uid, (None, self.mode.fail_closed))) for uid in uids]
+
+    def _views(self, seen: Sequence[_Seen]) -> list[ClaimView | BaseException]:
+        views: list[ClaimView | BaseException] = []
+        for uid, record, fail_closed in seen:
+            try:
+                present = artifacts_present(self.specs, self.metadata, record, uid)
+            except Exception as exc:  # noqa: BLE001 - that claim's observation fails
+                views.append(exc)
+                continue
+            views.append(
+                ClaimView(
+                    uid,
+                    record,
+                    spec_present=present,
+                    boot_id=self.store.boot_id,
+                    fail_closed=fail_closed,
+                )
+            )
+        return views
+
+    def _observe_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        try:
+            seen = self._read([uid for uid, _ in pending], None)
+        except Exception as exc:  # noqa: BLE001 - every claim observed gets the store's error
+            self._answer(pending, [exc] * len(pending))
+            return
+        if len(seen) <= INLINE_CHECKS:
+            self._answer(pending, self._views(seen))
+        else:
+            self.work.spawn("file-checks", self._views_in_thread(pending, seen))
+
+    async def _views_in_thread(
+        self, pending: Sequence[tuple[str, asyncio.Future[ClaimView]]], seen: Sequence[_Seen]
+    ) -> None:
+        try:
+            views = await asyncio.to_thread(self._views, seen)
+        except BaseException as exc:  # cancelled, or no thread to run it: every claim gets it
+            self._answer(pending, [exc] * len(pending))
+            raise
+        self._answer(pending, views)
+
+    @staticmethod
+    def _answer(
+        pending: Sequence[tuple[str, asyncio.Future[ClaimView]]],
+        views: Sequence[ClaimView | BaseException],
+    ) -> None:
+        for (_, future), view in zip(pending, views, strict=True):
+            settle_future(future, view)

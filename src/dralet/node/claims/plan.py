@@ -24,15 +24,17 @@ __all__ = [
     "ACCEPT_LOST_STORE",
     "Action",
     "Finding",
+    "lost_store_hint",
     "plan_node",
     "plan_prepare",
-    "plan_settle",
+    "plan_repair",
+    "plan_stale",
     "plan_unprepare",
 ]
 
 
 class Action(enum.StrEnum):
-    """A step the engine can execute (``Engine.run_step``)."""
+    """A step the engine can execute (``repairs.Repairs.run_step``)."""
 
     ROLL_BACK = "roll-back"
     FINISH_UNPREPARE = "finish-unprepare"
@@ -54,7 +56,18 @@ class Action(enum.StrEnum):
 
 
 ACCEPT_LOST_STORE = "dralet audit --fix --accept-lost-store"
-"""How an operator says the claim records are lost for good (``settle.accept_lost_store``)."""
+"""How an operator says the claim records are lost for good (``nodewide.accept_lost_store``)."""
+
+
+def lost_store_hint(specs: int) -> str:
+    """What an operator reads on a node failing closed: what works and how to go on."""
+    return (
+        f"{specs} claims still have CDI specs and are unprepared from them; new prepares "
+        "resume once the node holds nothing of this driver and it restarts, or after "
+        f"`{ACCEPT_LOST_STORE} --driver NAME` (the records are lost for good: the rest "
+        "of their claims is then removed from the node)"
+    )
+
 
 BY_START = "start"
 BY_CLEANUP = "cleanup"
@@ -121,7 +134,7 @@ def _finding(kind: str, subject: str, message: str, action: Action | None, **ext
 # ------------------------------------------------------------------ one claim, under its lock
 
 
-def plan_settle(view: ClaimView) -> list[Action]:
+def plan_repair(view: ClaimView) -> list[Action]:
     """What recovery does about one recorded claim (also the start of every RPC path)."""
     record = view.record
     if record is None:
@@ -134,17 +147,21 @@ def plan_settle(view: ClaimView) -> list[Action]:
         return [Action.RETRY_FINALIZER_REMOVAL]
     if view.rebooted:
         return [Action.REVALIDATE]
-    if not view.spec_present and record.cdi_spec is not None:
-        return [Action.REWRITE_SPEC]
-    return []
+    return _rewrite_spec(record, spec_present=view.spec_present)
+
+
+def _rewrite_spec(record: ClaimRecord, *, spec_present: bool) -> list[Action]:
+    """The one rule for a prepared claim's spec: rewritten from its record when the file
+    is missing or unusable (``spec_present`` False) and the record holds the spec."""
+    return [] if spec_present or record.cdi_spec is None else [Action.REWRITE_SPEC]
 
 
 def plan_prepare(view: ClaimView) -> list[Action]:
     record = view.record
     if record is not None and record.state == ClaimState.PREPARE_COMPLETED:
-        steps = [] if view.spec_present or record.cdi_spec is None else [Action.REWRITE_SPEC]
+        steps = _rewrite_spec(record, spec_present=view.spec_present)
         return [*steps, Action.ANSWER_PREPARED]
-    steps = plan_settle(view)
+    steps = plan_repair(view)
     return [*steps, Action.REFUSE if view.fail_closed else Action.PREPARE]
 
 
@@ -163,9 +180,9 @@ def _spec_action(record: ClaimRecord | None) -> Action | None:
     if record is None:
         return Action.REMOVE_ORPHAN_SPEC
     if record.state == ClaimState.PREPARE_COMPLETED:
-        return Action.REWRITE_SPEC if record.cdi_spec is not None else None
+        return next(iter(_rewrite_spec(record, spec_present=False)), None)
     # The interrupted work's own step (roll back, finish unprepare) removes the spec.
-    return next(iter(plan_settle(ClaimView(record.uid, record, spec_present=True))), None)
+    return next(iter(plan_repair(ClaimView(record.uid, record, spec_present=True))), None)
 
 
 def _spec_problem(
@@ -270,7 +287,7 @@ def plan_node(snapshot: NodeSnapshot) -> list[Finding]:
     for uid, record in sorted(records.items()):
         where = f"{record.namespace}/{record.name}"
         view = ClaimView(uid, record, spec_present=uid in snapshot.specs, boot_id=snapshot.boot_id)
-        actions = plan_settle(view)
+        actions = plan_repair(view)
         for action in actions:
             if action in _RECORD_FINDINGS:
                 kind, what = _RECORD_FINDINGS[action]
@@ -286,7 +303,7 @@ def plan_node(snapshot: NodeSnapshot) -> list[Finding]:
                     "missing-spec",
                     uid,
                     f"prepared claim {where} has no CDI spec",
-                    Action.REWRITE_SPEC if record.cdi_spec is not None else None,
+                    next(iter(_rewrite_spec(record, spec_present=False)), None),
                 )
             )
         if record.holds_devices:
@@ -350,6 +367,18 @@ def _backend_findings(
     return found
 
 
+def plan_stale(
+    record: ClaimRecord, claim: Mapping[str, Any] | None, *, driver: str, pool: str
+) -> Finding | None:
+    """A recorded claim as the API serves it (``claim``; None: gone): its
+    ``UNPREPARE_STALE`` finding when it is gone, replaced or no longer this driver's."""
+    ref = ClaimRef(ClaimUID(record.uid), record.namespace, record.name)
+    stale = source.staleness(claim, ref, driver=driver, pool=pool)
+    if stale is None:
+        return None
+    return _finding(f"claim-{stale.kind}", record.uid, stale.message, Action.UNPREPARE_STALE)
+
+
 def _api_findings(snapshot: NodeSnapshot, records: Mapping[str, ClaimRecord]) -> list[Finding]:
     assert snapshot.claims is not None
     found: list[Finding] = []
@@ -360,16 +389,9 @@ def _api_findings(snapshot: NodeSnapshot, records: Mapping[str, ClaimRecord]) ->
     }
     for uid, record in sorted(records.items()):
         claim = by_name.get((record.namespace, record.name))
-        stale = source.staleness(
-            claim,
-            ClaimRef(ClaimUID(uid), record.namespace, record.name),
-            driver=snapshot.driver,
-            pool=snapshot.pool,
-        )
+        stale = plan_stale(record, claim, driver=snapshot.driver, pool=snapshot.pool)
         if stale is not None:
-            found.append(
-                _finding(f"claim-{stale.kind}", uid, stale.message, Action.UNPREPARE_STALE)
-            )
+            found.append(stale)
             continue
         assert claim is not None
         has_finalizer = finalizer in (claim.get("metadata", {}).get("finalizers") or [])

@@ -84,15 +84,7 @@ class NoClaimSource:
     async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         raise errors.PermanentError("no ResourceClaim source configured (no API server)")
 
-    async def add_finalizer(
-        self,
-        namespace: str,
-        name: str,
-        uid: str,
-        finalizer: str,
-        *,
-        current: Mapping[str, Any] | None = None,
-    ) -> bool:
+    async def add_finalizer(self, *_: Any, **__: Any) -> bool:
         return False
 
     async def remove_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:

@@ -1,4 +1,4 @@
-"""Random request sequences against an in-process ledger, with crashes, restarts, reboots
+"""Random request sequences against an in-process claim engine, with crashes, restarts, reboots
 and disk errors in between; after every step the node must be consistent.
 
 Invariants after each step: the auditor finds nothing (every spec has a completed record
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dralet import failpoints
-from tests.recovery.nodekit import LedgerNode, SimulatedCrash, crash_at
+from tests.recovery.nodekit import EngineNode, SimulatedCrash, crash_at
 
 CLAIMS = 4
 GPUS = 3
@@ -55,8 +55,8 @@ def node_root() -> Iterator[Path]:
         yield Path(root)
 
 
-async def _restart(node: LedgerNode, *, boot_id: str | None = None, survives: bool = True) -> None:
-    await node.ledger.work.cancel_all()  # a dead process's in-flight work dies with it
+async def _restart(node: EngineNode, *, boot_id: str | None = None, survives: bool = True) -> None:
+    await node.engine.work.cancel_all()  # a dead process's in-flight work dies with it
     await node.restart(boot_id=boot_id, survives_reboot=survives).recover()
 
 
@@ -70,8 +70,8 @@ async def test_random_sequences_keep_the_node_consistent(
     allocation: list[list[int]], sequence: list[tuple[object, ...]]
 ) -> None:
     with node_root() as root:
-        node = LedgerNode.create(root, gpus=GPUS)
-        await node.ledger.recover()
+        node = EngineNode.create(root, gpus=GPUS)
+        await node.engine.recover()
         refs = [
             node.add_claim(f"c{i}", *(f"gpu-{g}" for g in sorted(devices)))
             for i, devices in enumerate(allocation)
@@ -117,4 +117,4 @@ async def test_random_sequences_keep_the_node_consistent(
         for ref in refs:
             node.assert_gone(ref)
         assert node.backend.in_use() == {}
-        await node.ledger.work.cancel_all()
+        await node.engine.work.cancel_all()
