@@ -1,5 +1,6 @@
 """Fixtures of the ``install`` tests: the image built by ``make image``'s script, helm
-built by ``make help``, the real control plane, and nodes the chart runs on.
+built by ``make helm``, kubectl built by ``make kubectl``, the real control plane, and
+nodes the chart runs on.
 
 Each is skipped with its reason where this machine lacks it (root, podman, the built
 binaries); under ``CI=true`` that is a failure instead: CI runs these tests.
@@ -20,10 +21,11 @@ from pathlib import Path
 import pytest
 from tests import realkubelet
 from tests.install.node import InstallNode, install_node
+from tests.install.operator import Operator
 from tests.k8sapi import ClusterApi
 from tests.k8scluster import Cluster, Release
 
-__all__ = ["BuiltImage", "helm", "image", "node", "two_nodes"]
+__all__ = ["BuiltImage", "helm", "image", "kubectl", "node", "operator", "two_nodes"]
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 1800
@@ -98,6 +100,30 @@ def helm() -> str:
         unavailable("helm is not installed: `make helm` builds it")
     assert binary is not None
     return binary
+
+
+@pytest.fixture
+def kubectl(k8s_release: Release) -> str:
+    """kubectl of the control plane's release: $DRALET_KUBECTL, else what ``make kubectl``
+    built (scripts/kubectl-build)."""
+    given = (
+        os.environ.get("DRALET_KUBECTL")
+        or subprocess.run(
+            [str(REPO / "scripts" / "kubectl-build"), "--print", k8s_release.version],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    if not os.access(given, os.X_OK):
+        unavailable(f"no kubectl at {given}: `make kubectl` builds it")
+    return given
+
+
+@pytest.fixture
+def operator(helm: str, kubectl: str, k8s_api: ClusterApi, tmp_path: Path) -> Operator:
+    """The README's helm and kubectl commands, as the cluster's admin."""
+    return Operator(helm, kubectl, k8s_api, tmp_path / "operator")
 
 
 @pytest.fixture

@@ -49,10 +49,9 @@ def _replaced(api: ClusterApi, node: InstallNode, old_uid: str) -> dict[str, Any
 
 
 def test_a_driver_pod_deleted_during_a_prepare_is_replaced_and_the_claim_prepared_once(
-    k8s_api: ClusterApi, node: InstallNode, helm: str, tmp_path: Path
+    k8s_api: ClusterApi, node: InstallNode, operator: Operator
 ) -> None:
     api = k8s_api
-    operator = Operator(helm, api, tmp_path / "helm")
     release.install_driver(
         operator,
         [node],
