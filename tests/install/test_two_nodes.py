@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from tests.install import release
 from tests.install.node import InstallNode
-from tests.install.operator import Operator, condition, until, values
+from tests.install.operator import Operator, condition, parse_time, until, values
 from tests.k8sapi import PROBE_USER_AGENT, ClusterApi
 from tests.k8scluster import Release
 
@@ -112,6 +112,11 @@ def test_one_release_drives_two_nodes_each_to_its_own(
     release.install_driver(operator, two_nodes, *values("deviceStatus.write=true"))
     pods = {n.name: release.ready_driver_pod(api, n.name) for n in two_nodes}
     assert all(pods.values()), pods
+    for name, pod in pods.items():
+        assert pod is not None
+        ready = parse_time(condition(pod, "Ready")["lastTransitionTime"])  # type: ignore[index]
+        took = ready - parse_time(pod["metadata"]["creationTimestamp"])
+        print(f"\ninstall-to-Ready ({name}): {took.total_seconds():.0f}s")
     slices = operator.resourceslices(release.DRIVER)
     assert {s["spec"]["nodeName"] for s in slices} == {a.name, b.name}
 
