@@ -564,6 +564,9 @@ class Cluster:
                 f"--runtime-config={','.join(self.release.runtime_config)}",
                 f"--feature-gates={gates}",
                 "--profiling=false",
+                # `kubectl logs` reaches a test node's kubelet at its address: its
+                # Hostname address (the node name) resolves nowhere.
+                "--kubelet-preferred-address-types=InternalIP",
                 f"--audit-policy-file={w / 'audit-policy.yaml'}",
                 f"--audit-log-path={w / 'audit.log'}",
                 "--v=1",

@@ -32,7 +32,8 @@ HEALTH_PORT = 51515
 METRICS_PORT = 9400
 HOST_PATHS = {
     "/var/lib/kubelet/plugins_registry",
-    f"/var/lib/kubelet/plugins/{DRIVER}",
+    # The kubelet's plugins dir: the driver removes its own <driver>/ in it (docs/deploy.md).
+    "/var/lib/kubelet/plugins",
     "/var/run/cdi",
 }
 EXAMPLES = (("driver.enabled", "false"), ("examples.enabled", "true"))
@@ -178,6 +179,7 @@ def test_daemonset_mounts_the_kubelet_dirs_at_the_same_paths(render: Render, ver
         assert mounts[name] == host_path  # the kubelet dials the path the plugin reports
     args = flags(plugin_container(documents))
     assert args["--plugin-dir"] == f"/var/lib/kubelet/plugins/{DRIVER}"
+    assert "--remove-plugin-dir-when-unused" in args
     assert args["--registry-dir"] == "/var/lib/kubelet/plugins_registry"
     assert args["--cdi-dir"] == "/var/run/cdi"
     assert args["--driver-name"] == DRIVER
@@ -197,7 +199,7 @@ def test_kubelet_paths_follow_the_values(render: Render) -> None:
     host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert host_paths == {
         "/data/kubelet/plugins_registry",
-        f"/data/kubelet/plugins/{DRIVER}",
+        "/data/kubelet/plugins",
         "/etc/cdi",
     }
     args = flags(plugin_container(documents))

@@ -11,7 +11,7 @@ What the chart's pods need from a node, and how it is given here:
   this node's bridge to the loopback port (``route_localnet`` on the bridge lets the
   kernel route to 127.0.0.1 from it). Rule, sysctl and bridge are removed on exit;
 - the images: the driver image (``podman save`` then ``ctr images import``, as
-  the README says for containerd) and the example's ``busybox:1.36``, tagged from the
+  docs/install.md says for containerd) and the example's ``busybox:1.36``, tagged from the
   local busybox, with no registry.
 """
 

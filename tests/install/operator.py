@@ -1,15 +1,16 @@
-"""The operator's verbs of the README's "Deploy on a cluster", in its order.
+"""The operator's verbs of docs/install.md, in its order.
 
-``helm`` is the binary ``make helm`` builds. The ``kubectl`` verbs (``rollout status``,
-``wait --for=condition=Ready``, ``get resourceslices``, ``logs``) are the same reads
-made through the API with the admin's credentials: no kubectl is built here (it would
-be one more long Go build on the CI machine), and each helper names the verb it stands
-for. ``logs`` reads the kubelet's log file of the container, which is what the API
-server's log endpoint streams from the kubelet.
+``helm`` is the binary ``make helm`` builds, ``kubectl`` the one ``make kubectl`` builds
+from the control plane's own Kubernetes module (scripts/kubectl-build), both with the
+admin's kubeconfig: ``rollout status``, ``wait --for=condition=Ready``,
+``get resourceslices`` and ``logs`` are docs/install.md's commands as it spells them.
+Waits for a state to go (slices wiped, a pod gone) poll through the API instead of
+starting one kubectl a poll.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -25,6 +26,8 @@ __all__ = ["Operator", "parse_time"]
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "chart" / "dralet"
 HELM_TIMEOUT_S = 300
+KUBECTL_SLACK_S = 30
+"""Beyond a kubectl command's own ``--timeout``, before it is killed."""
 POLL_S = 0.2
 
 T = TypeVar("T")
@@ -37,24 +40,32 @@ def parse_time(stamp: str) -> datetime:
 @dataclass
 class Operator:
     helm_binary: str
+    kubectl_binary: str
     api: ClusterApi
     home: Path
 
-    def helm(self, *args: str) -> str:
+    def _run(self, binary: str, *args: str, timeout: float = HELM_TIMEOUT_S) -> str:
         env = {
             **os.environ,
             "KUBECONFIG": str(self.api.cluster.admin_kubeconfig),
             "HELM_CACHE_HOME": str(self.home / "cache"),
             "HELM_CONFIG_HOME": str(self.home / "config"),
             "HELM_DATA_HOME": str(self.home / "data"),
+            "KUBECACHEDIR": str(self.home / "kube-cache"),
         }
         done = subprocess.run(
-            [self.helm_binary, *args], env=env, capture_output=True, text=True,
-            timeout=HELM_TIMEOUT_S,
-        )  # fmt: skip
+            [binary, *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
         if done.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed:\n{done.stderr}")
+            name = Path(binary).name
+            raise AssertionError(f"{name} {' '.join(args)} failed:\n{done.stderr}")
         return done.stdout
+
+    def helm(self, *args: str) -> str:
+        return self._run(self.helm_binary, *args)
+
+    def kubectl(self, *args: str, timeout: float = HELM_TIMEOUT_S) -> str:
+        return self._run(self.kubectl_binary, *args, timeout=timeout + KUBECTL_SLACK_S)
 
     def install(self, release: str, namespace: str, *values: str) -> str:
         """``helm install <release> deploy/chart/dralet --namespace <ns> --create-namespace``."""
@@ -66,27 +77,13 @@ class Operator:
     def uninstall(self, release: str, namespace: str) -> str:
         return self.helm("uninstall", release, "-n", namespace, "--wait")
 
-    def rollout_status(self, namespace: str, daemonset: str, within: float) -> dict[str, Any]:
-        """``kubectl -n <ns> rollout status daemonset/<name>``: the DaemonSet's status once
-        every scheduled pod is updated and available (kubectl's DaemonSet rule)."""
-
-        def done() -> dict[str, Any] | None:
-            ds = self.api.request(
-                "GET", f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{daemonset}"
-            )
-            status = ds.get("status") or {}
-            desired = status.get("desiredNumberScheduled", 0)
-            if (
-                desired > 0
-                and status.get("observedGeneration", 0) >= ds["metadata"]["generation"]
-                and status.get("updatedNumberScheduled", 0) >= desired
-                and status.get("numberAvailable", 0) >= desired
-            ):
-                return ds
-            return None
-
+    def rollout_status(self, namespace: str, daemonset: str, within: float) -> None:
+        """``kubectl -n <ns> rollout status daemonset/<name>``."""
         try:
-            return until(done, f"daemonset/{daemonset} rolled out", within)
+            self.kubectl(
+                "-n", namespace, "rollout", "status", f"daemonset/{daemonset}",
+                f"--timeout={within:.0f}s", timeout=within,
+            )  # fmt: skip
         except AssertionError as error:
             raise AssertionError(f"{error}; its pods: {self.pod_states(namespace)}") from None
 
@@ -104,16 +101,26 @@ class Operator:
         ]
 
     def wait_ready(self, namespace: str, pod: str, within: float) -> dict[str, Any]:
-        """``kubectl -n <ns> wait --for=condition=Ready pod/<name>``."""
+        """``kubectl -n <ns> wait --for=condition=Ready pod/<name>``; the pod it printed."""
+        out = self.kubectl(
+            "-n", namespace, "wait", "--for=condition=Ready", f"pod/{pod}",
+            f"--timeout={within:.0f}s", "-o", "json", timeout=within,
+        )  # fmt: skip
+        return dict(json.loads(out))
 
-        def ready() -> dict[str, Any] | None:
-            found = self.api.get("Pod", pod, namespace=namespace)
-            return found if found is not None and condition(found, "Ready") else None
+    def get_resourceslices(self, driver: str) -> list[dict[str, Any]]:
+        """``kubectl get resourceslices --field-selector spec.driver=<driver>``."""
+        out = self.kubectl(
+            "get", "resourceslices", f"--field-selector=spec.driver={driver}", "-o", "json"
+        )
+        return list(json.loads(out)["items"])
 
-        return until(ready, f"pod {namespace}/{pod} Ready", within)
+    def logs(self, namespace: str, pod: str, container: str = "") -> str:
+        """``kubectl -n <ns> logs <pod>`` (the API server streams it from the kubelet)."""
+        return self.kubectl("-n", namespace, "logs", pod, *(["-c", container] if container else []))
 
     def resourceslices(self, driver: str) -> list[dict[str, Any]]:
-        """``kubectl get resourceslices --field-selector spec.driver=<driver>``."""
+        """``get_resourceslices`` read through the API, for polls."""
         return self.api.list("ResourceSlice", field_selector=f"spec.driver={driver}")
 
 

@@ -1,8 +1,9 @@
-"""The chart's two releases as the README installs them: the driver (``dralet`` in
+"""The chart's two releases as docs/install.md installs them: the driver (``dralet`` in
 ``dralet``) and the example workload (``dralet-example``, a release of its own)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tests.install.node import InstallNode
@@ -22,6 +23,7 @@ __all__ = [
     "example_claims",
     "install_driver",
     "install_example",
+    "plugin_dir",
 ]
 
 DRIVER = "gpu.example.com"
@@ -30,6 +32,11 @@ EXAMPLE, EXAMPLE_NAMESPACE = "dralet-example", "dralet-example"
 DAEMONSET = "dralet-kubelet-plugin"
 EXAMPLE_POD = "device-consumer"
 WAIT_S = 300.0
+
+
+def plugin_dir(node: InstallNode) -> Path:
+    """The driver's own directory on ``node``: ``<kubeletPaths.pluginsDir>/<driver>``."""
+    return node.kubelet.plugins_dir / DRIVER
 
 
 def driver_pod(api: ClusterApi, node: str) -> dict[str, Any] | None:

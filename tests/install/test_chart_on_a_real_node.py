@@ -1,4 +1,4 @@
-"""The README's "Deploy on a cluster", done on a real node: the image built by
+"""docs/install.md's install, done on a real node: the image built by
 ``make image`` loaded into the kubelet's containerd, ``helm install`` of the chart into
 the real control plane, the DaemonSet rolled out, the example release's pod getting its
 device, and both releases uninstalled without leaving anything behind.
@@ -77,10 +77,9 @@ def _driver_requests(api: ClusterApi, pod: dict[str, Any]) -> list[dict[str, Any
 
 
 def test_the_chart_runs_on_a_real_node_and_its_example_gets_a_device(
-    k8s_api: ClusterApi, node: InstallNode, image: BuiltImage, helm: str, tmp_path: Path
+    k8s_api: ClusterApi, node: InstallNode, image: BuiltImage, operator: Operator
 ) -> None:
     api = k8s_api
-    operator = Operator(helm, api, tmp_path / "helm")
     print(f"\nimage: {image.report}")
 
     # helm install; kubectl rollout status; kubectl get resourceslices
@@ -101,12 +100,12 @@ def test_the_chart_runs_on_a_real_node_and_its_example_gets_a_device(
     # slices were already there, created before the Ready transition.
     assert first_ready["slices"], "the driver pod was Ready before its slices were published"
     ready_at = parse_time(condition(pod, "Ready")["lastTransitionTime"])  # type: ignore[index]
-    slices = operator.resourceslices(DRIVER)
+    slices = operator.get_resourceslices(DRIVER)
     assert {s["spec"]["nodeName"] for s in slices} == {node.name}
     assert all(parse_time(s["metadata"]["creationTimestamp"]) <= ready_at for s in slices)
     created = parse_time(pod["metadata"]["creationTimestamp"])
     print(f"install-to-Ready ({node.name}): {(ready_at - created).total_seconds():.0f}s")
-    log = node.kubelet.container_log(NAMESPACE, pod["metadata"]["name"], "plugin")
+    log = operator.logs(NAMESPACE, pod["metadata"]["name"], "plugin")
     assert "registered with the kubelet" in log, log[-2000:]
 
     # As the chart runs it: read from the running process.
@@ -131,9 +130,7 @@ def test_the_chart_runs_on_a_real_node_and_its_example_gets_a_device(
     took = running - parse_time(consumer["metadata"]["creationTimestamp"])
     print(f"example pod created to running: {took.total_seconds():.0f}s")
     output = until(
-        lambda: node.kubelet.container_log(EXAMPLE_NAMESPACE, EXAMPLE_POD, "consumer") or None,
-        "the example's output",
-        WAIT_S,
+        lambda: operator.logs(EXAMPLE_NAMESPACE, EXAMPLE_POD) or None, "the example's output", 60
     )
     assert "EXAMPLE_GPU_" in output and "=GPU-" in output, output
     assert "example-gpu" in output, output
@@ -156,3 +153,6 @@ def test_the_chart_runs_on_a_real_node_and_its_example_gets_a_device(
     until(lambda: driver_pod(api, node.name) is None or None, "the driver pod gone", WAIT_S)
     left = sorted(str(p) for p in node.kubelet.registry_dir.iterdir())
     assert not left, json.dumps(left)
+    # The driver held no claim when it stopped: its own directory went with it.
+    assert not (node.kubelet.plugins_dir / DRIVER).exists()
+    assert node.kubelet.plugins_dir.is_dir()

@@ -1,8 +1,13 @@
 """Two real kubelets on this machine (their own roots, containerd, bridges and node
 names): one ``helm install`` runs a driver pod on each; a workload on each node gets a
-device from its own node's driver; the chart's admission policies refuse node A's
-driver, with the token its running pod was given, writing node B's ResourceSlices; and
-node A's driver killed leaves node B's claim prepared and its workload running.
+device from its own node's driver; node A's driver, with the token its running pod was
+given, is refused writing node B's ResourceSlices (the chart's admission policies) and
+node B's claim's ``status.devices`` (the API server's own node check from 1.36, the
+chart's status policy before); and node A's driver killed leaves node B's claim prepared
+and its workload running.
+
+The driver is installed with ``deviceStatus.write``, so its ServiceAccount may patch
+claim status at all: a refusal then comes from the node checks, not from RBAC.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from typing import Any
 import pytest
 from tests.install import release
 from tests.install.node import InstallNode
-from tests.install.operator import Operator, condition, until
+from tests.install.operator import Operator, condition, parse_time, until, values
 from tests.k8sapi import PROBE_USER_AGENT, ClusterApi
+from tests.k8scluster import Release
 
 pytestmark = [pytest.mark.install, pytest.mark.k8s, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -51,7 +57,7 @@ def _consumer(name: str, node: str) -> dict[str, Any]:
     }
 
 
-def _as_token(api: ClusterApi, token: str, method: str, path: str, body: Any) -> int:
+def _as_token(api: ClusterApi, token: str, method: str, path: str, body: Any) -> tuple[int, str]:
     context = ssl.create_default_context(cafile=str(api.cluster.workdir / "ca.crt"))
     request = urllib.request.Request(api.url + path, data=json.dumps(body).encode(), method=method)
     request.add_header("Authorization", f"Bearer {token}")
@@ -64,9 +70,9 @@ def _as_token(api: ClusterApi, token: str, method: str, path: str, body: Any) ->
     )
     try:
         with urllib.request.urlopen(request, context=context, timeout=30) as answer:
-            return int(answer.status)
+            return int(answer.status), answer.read().decode()
     except urllib.error.HTTPError as error:
-        return int(error.code)
+        return int(error.code), error.read().decode()
 
 
 def _ready(api: ClusterApi, pod: str) -> dict[str, Any] | None:
@@ -84,15 +90,33 @@ def _claim_of(api: ClusterApi, pod: str) -> dict[str, Any]:
     return claim
 
 
+def _with_status(api: ClusterApi, pod: str) -> dict[str, Any] | None:
+    claim = _claim_of(api, pod)
+    devices = (claim.get("status") or {}).get("devices") or []
+    return claim if any(d["driver"] == release.DRIVER for d in devices) else None
+
+
+def _minor(k8s_release: Release) -> tuple[int, int]:
+    major, minor = k8s_release.minor.split(".")
+    return int(major), int(minor)
+
+
 def test_one_release_drives_two_nodes_each_to_its_own(
-    k8s_api: ClusterApi, two_nodes: list[InstallNode], helm: str, tmp_path: Path
+    k8s_api: ClusterApi,
+    k8s_release: Release,
+    two_nodes: list[InstallNode],
+    operator: Operator,
 ) -> None:
     api = k8s_api
     a, b = two_nodes
-    operator = Operator(helm, api, tmp_path / "helm")
-    release.install_driver(operator, two_nodes)
+    release.install_driver(operator, two_nodes, *values("deviceStatus.write=true"))
     pods = {n.name: release.ready_driver_pod(api, n.name) for n in two_nodes}
     assert all(pods.values()), pods
+    for name, pod in pods.items():
+        assert pod is not None
+        ready = parse_time(condition(pod, "Ready")["lastTransitionTime"])  # type: ignore[index]
+        took = ready - parse_time(pod["metadata"]["creationTimestamp"])
+        print(f"\ninstall-to-Ready ({name}): {took.total_seconds():.0f}s")
     slices = operator.resourceslices(release.DRIVER)
     assert {s["spec"]["nodeName"] for s in slices} == {a.name, b.name}
 
@@ -120,15 +144,34 @@ def test_one_release_drives_two_nodes_each_to_its_own(
     [slice_a, *_] = [s for s in slices if s["spec"]["nodeName"] == a.name]
     path = "/apis/resource.k8s.io/v1/resourceslices"
     patch = {"metadata": {"labels": {"dralet-test": "x"}}}
-    assert _as_token(api, token, "PATCH", f"{path}/{slice_a['metadata']['name']}", patch) == 200
-    assert _as_token(api, token, "PATCH", f"{path}/{slice_b['metadata']['name']}", patch) == 403
+    assert _as_token(api, token, "PATCH", f"{path}/{slice_a['metadata']['name']}", patch)[0] == 200
+    assert _as_token(api, token, "PATCH", f"{path}/{slice_b['metadata']['name']}", patch)[0] == 403
     stolen = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"name": "stolen"},
         "spec": {**slice_b["spec"], "pool": {**slice_b["spec"]["pool"], "name": "stolen"}},
     }
-    assert _as_token(api, token, "POST", path, stolen) == 403
+    assert _as_token(api, token, "POST", path, stolen)[0] == 403
+
+    # Nor node B's claim's device status; its own node's claim it may patch.
+    claims = {n: until(functools.partial(_with_status, api, p), f"{p}'s device status", 60)
+              for n, p in ((a.name, "consumer-a"), (b.name, "consumer-b"))}  # fmt: skip
+    status = "/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims/{}/status"
+    own = claims[a.name]
+    own_path = status.format(release.EXAMPLE_NAMESPACE, own["metadata"]["name"])
+    code, text = _as_token(api, token, "PATCH", own_path, {"status": own["status"]})
+    assert code == 200, text
+    other = claims[b.name]
+    other_path = status.format(release.EXAMPLE_NAMESPACE, other["metadata"]["name"])
+    code, text = _as_token(api, token, "PATCH", other_path, {"status": {"devices": []}})
+    if _minor(k8s_release) >= (1, 36):
+        # resourceclaims/driver "associated-node" (k8s.io/kubernetes@v1.37.2
+        # pkg/registry/resource/utils.go, AuthorizedForDeviceStatus): 422, the verb A lacks.
+        assert code == 422 and "arbitrary-node:patch" in text, text
+    else:
+        assert code == 403 and "may write the device status of claims allocated" in text, text
+    assert _claim_of(api, "consumer-b")["status"]["devices"] == other["status"]["devices"]
 
     # Node A's driver killed: node B's claim and workload are untouched.
     claim_b = _claim_of(api, "consumer-b")
@@ -156,7 +199,13 @@ def test_one_release_drives_two_nodes_each_to_its_own(
         api.delete("Pod", name, namespace=release.EXAMPLE_NAMESPACE)
     release.uninstall_all(operator, api)
     for node in two_nodes:
+        until(functools.partial(_gone, api, node), f"{node.name}'s driver pod gone", 120)
         assert not list(node.kubelet.cdi_dir.glob("*.json"))
+        assert not release.plugin_dir(node).exists()
+
+
+def _gone(api: ClusterApi, node: InstallNode) -> bool | None:
+    return release.driver_pod(api, node.name) is None or None
 
 
 def _projected_volume(pod: dict[str, Any]) -> str:

@@ -6,13 +6,13 @@ that a container still holds); the kubelet wipes the driver's ResourceSlices.
 Deleting the workload then cannot finish while no driver is registered: the kubelet
 cannot unprepare, so the pod stays Terminating, its claim and spec in place.
 Installing the driver again lets the kubelet unprepare: the pod, the claim (finalizer
-removed) and the spec go.
+removed) and the spec go. The driver's plugin dir stays while it holds the claim's record
+and goes with the last uninstall.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 from tests.install import release
@@ -28,10 +28,9 @@ HOLD_S = 45.0
 
 
 def test_uninstalling_the_driver_under_a_prepared_claim_releases_nothing_until_it_returns(
-    k8s_api: ClusterApi, node: InstallNode, helm: str, tmp_path: Path
+    k8s_api: ClusterApi, node: InstallNode, operator: Operator
 ) -> None:
     api = k8s_api
-    operator = Operator(helm, api, tmp_path / "helm")
     release.install_driver(operator, [node])
     release.install_example(operator)
     specs = sorted(node.kubelet.cdi_dir.glob("*.json"))
@@ -44,6 +43,8 @@ def test_uninstalling_the_driver_under_a_prepared_claim_releases_nothing_until_i
     [claim] = release.example_claims(api)
     assert release.prepared(claim)
     assert sorted(node.kubelet.cdi_dir.glob("*.json")) == specs
+    # The driver held a claim when it stopped: its directory, with the record, stays.
+    assert (release.plugin_dir(node) / "claims.db").exists()
     # The kubelet wipes the departed driver's slices (after its 30s wiping delay).
     until(lambda: not operator.resourceslices(release.DRIVER) or None, "slices wiped", 120)
 
@@ -71,3 +72,5 @@ def test_uninstalling_the_driver_under_a_prepared_claim_releases_nothing_until_i
     assert not list(node.kubelet.cdi_dir.glob("*.json"))
     operator.uninstall(release.RELEASE, release.NAMESPACE)
     until(lambda: not operator.resourceslices(release.DRIVER) or None, "slices gone", 120)
+    until(lambda: release.driver_pod(api, node.name) is None or None, "driver gone", 120)
+    assert not release.plugin_dir(node).exists()

@@ -197,6 +197,13 @@ def _driver_options(
     help="Claims prepared or unprepared at the same time.",
 )
 @click.option(
+    "--remove-plugin-dir-when-unused/--keep-plugin-dir",
+    default=_default(DriverSettings, "remove_plugin_dir_when_unused"),
+    show_default=True,
+    help="At a clean stop, remove the plugin dir when no claim record is left in it and "
+    "no other instance runs in it (an uninstall leaves no directory).",
+)
+@click.option(
     "--shutdown-grace",
     type=float,
     default=_default(DriverSettings, "shutdown_grace"),
@@ -236,6 +243,7 @@ def command(
     device_metadata: bool,
     device_metadata_versions: str,
     max_parallel_claims: int,
+    remove_plugin_dir_when_unused: bool,
     shutdown_grace: float,
     log_format: str,
     log_level: str,
@@ -260,6 +268,7 @@ def command(
                 v.strip() for v in device_metadata_versions.split(",") if v.strip()
             ),
             max_parallel_claims=max_parallel_claims,
+            remove_plugin_dir_when_unused=remove_plugin_dir_when_unused,
             shutdown_grace=shutdown_grace,
             **{name: value for name, value in paths.items() if value is not None},
         )

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 SYNC = "SYNC"
 """A ``Change`` type: the full current list (at start and after every relist)."""
+DELETED = "DELETED"
+"""A ``Change`` type: ``object`` is gone (a watch event type, k8s.io/apimachinery
+pkg/watch/watch.go)."""
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,24 @@ Every fault is one ``DirectoryError`` naming the directory and what is wrong wit
 ``dralet run`` logs it as one line and exits with ``EXIT_UNUSABLE_DIRECTORY``. A start
 that fails removes again the directories it made (``Prepared.undo``), so bad input
 leaves the node as it found it.
+
+The plugin dir is also the driver's to remove (``release_plugin_dir``): every instance
+holds a shared ``flock`` on it while it runs (``hold_plugin_dir``); one stopping cleanly
+removes it only with the lock turned exclusive (no other instance in it, as during a
+rolling update) and when nothing in it is still needed (no claim record, no copy of an
+unusable store kept for forensics). An instance starting while another removes it waits
+for the removal and makes the directory again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
+import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,10 +41,13 @@ from dralet.node.settings import DriverSettings
 
 __all__ = [
     "EXIT_UNUSABLE_DIRECTORY",
+    "KEPT_ASIDE_MARK",
     "DirectoryError",
     "DirectoryRule",
     "Prepared",
+    "hold_plugin_dir",
     "prepare_directories",
+    "release_plugin_dir",
     "rules_for",
     "sweep_temp_files",
 ]
@@ -43,6 +56,12 @@ EXIT_UNUSABLE_DIRECTORY = 78
 """Exit status of ``dralet run`` when a directory is unusable (``EX_CONFIG``)."""
 
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+KEPT_ASIDE_MARK = ".corrupt-"
+"""In the name of a store file kept for forensics (``RecordStore.keep_aside``): a plugin
+dir holding one is never removed."""
+HOLD_ATTEMPTS = 5
+"""Times ``hold_plugin_dir`` makes the plugin dir again after finding it removed by a
+departing instance (each removal needs that instance's start and stop in between)."""
 
 
 class DirectoryError(errors.PermanentError):
@@ -213,3 +232,62 @@ def sweep_temp_files(settings: DriverSettings) -> list[Path]:
     if state_dir is not None and not state_dir.is_relative_to(settings.plugin_dir):
         removed += fsutil.sweep_temp_files(state_dir, recursive=True)
     return removed
+
+
+def _same_dir(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is still the directory at ``path`` (not removed, nor replaced)."""
+    try:
+        named = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def hold_plugin_dir(settings: DriverSettings) -> int:
+    """A shared ``flock`` on the plugin dir, for as long as this instance runs (the
+    returned descriptor; ``release_plugin_dir`` gives it back). Waits while a departing
+    instance removes the directory, then checks and makes it again."""
+    for _ in range(HOLD_ATTEMPTS):
+        try:
+            fd = os.open(settings.plugin_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            prepare_directories(settings)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if _same_dir(fd, settings.plugin_dir):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        prepare_directories(settings)
+    raise DirectoryError(
+        f"plugin dir {settings.plugin_dir} was removed {HOLD_ATTEMPTS} times while starting"
+    )
+
+
+def _kept_aside(path: Path) -> bool:
+    return any(KEPT_ASIDE_MARK in name for _, _, names in os.walk(path) for name in names)
+
+
+def release_plugin_dir(settings: DriverSettings, fd: int, *, remove_if: Callable[[], bool]) -> bool:
+    """Give back ``hold_plugin_dir``'s lock; first remove the plugin dir (and the backend
+    state dir in it) when no other instance holds it, ``remove_if()`` says nothing in it
+    is needed, and no unusable store file is kept there. Returns whether it was removed."""
+    try:
+        try:
+            # Not atomic (flock(2)): the shared lock may go first; this instance is
+            # leaving either way.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # another instance runs in it
+        path = settings.plugin_dir
+        if not _same_dir(fd, path) or _kept_aside(path) or not remove_if():
+            return False
+        shutil.rmtree(path)
+        fsutil.fsync_dir(path.parent)
+        return True
+    finally:
+        os.close(fd)

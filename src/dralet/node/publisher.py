@@ -7,7 +7,12 @@ the difference: slices the kubelet deleted (it deletes all of its node's slices 
 starts) are re-created, a change of devices publishes the pool at a new generation, and
 nothing is written when nothing changed. ``run()`` follows the slices with a watch and
 reconciles on every change that is not its own write, on ``trigger()``, on a change of
-device health (health taints) and every ``resync_period``.
+device health (health taints) and every ``resync_period``. Its reconciles read the live
+slices from what that watch delivered (and this publisher wrote since), so an idle
+driver sends no request at all. A reconcile lists them from the API server only while
+no watch has delivered its list (at start, after the watch failed) and after a write of
+its own was refused as stale (409, 404); a watch that reconnects resumes from its last
+resourceVersion, or lists again, so it misses no change.
 
 Start it as a named background task with ``start()`` (or spawn ``run()`` yourself) and
 stop it with ``stop()``; cancellation is always re-raised and no task outlives it.
@@ -79,6 +84,10 @@ class PublisherSettings:
     """How often the backend's health is read to update the health taints."""
 
 
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
 class SlicePublisher:
     """Keeps the ResourceSlices of ``node_name``'s pool for ``driver`` as the backend says.
 
@@ -121,6 +130,10 @@ class SlicePublisher:
         self._reported_unserved: frozenset[str] = frozenset()
         self._served: frozenset[str] | None = None
         self._unhealthy: frozenset[str] = frozenset()
+        self._watched: dict[str, Mapping[str, Any]] | None = None
+        """This node's slices by name, as the watch delivered them and this publisher
+        wrote them since; None while no watch is current (before its first list, after
+        it broke)."""
         self.reconciles = 0
         """Completed reconciles (for tests and the audit)."""
         self.published = asyncio.Event()
@@ -166,7 +179,8 @@ class SlicePublisher:
         """
         for attempt in range(self.settings.conflict_retries + 1):
             try:
-                plan = await self._reconcile()
+                # A retry re-reads from the API server: the write was refused as stale.
+                plan = await self._reconcile(fresh=attempt > 0)
             except status.ApiError as error:
                 stale = error.conflict or error.not_found  # changed or deleted since the list
                 if not stale or attempt >= self.settings.conflict_retries:
@@ -189,7 +203,34 @@ class SlicePublisher:
         if problems:
             raise slices.InvalidDeviceError(problems)
 
-    async def _reconcile(self) -> slices.PoolPlan:
+    async def _live_slices(self, resource: resources.Resource, *, fresh: bool) -> list[Any]:
+        """The node's live slices: what the watch delivered, else a list."""
+        if self._watched is not None and not fresh:
+            return list(self._watched.values())
+        listed = await self.client.list(resource, field_selector=self._field_selector())
+        return list(listed.get("items") or [])
+
+    def _remember(self, change: watching.Change) -> None:
+        """Keep ``_watched`` as the watch says (a SYNC replaces it)."""
+        if change.type == watching.SYNC:
+            self._watched = {_name(o): o for o in change.objects}
+        elif self._watched is not None and change.object is not None:
+            if change.type == watching.DELETED:
+                self._watched.pop(_name(change.object), None)
+            else:
+                self._watched[_name(change.object)] = change.object
+
+    def _wrote(self, name: str, written: Mapping[str, Any] | None) -> None:
+        """Keep ``_watched`` as this publisher's write left it (None: deleted): its echo
+        may come after the next reconcile."""
+        if self._watched is None:
+            return
+        if written is None:
+            self._watched.pop(name, None)
+        else:
+            self._watched[_name(written)] = written
+
+    async def _reconcile(self, *, fresh: bool = False) -> slices.PoolPlan:
         version = await self.api_version()
         resource = resources.resource_slices(version)
         owner = await self._owner()
@@ -207,8 +248,8 @@ class SlicePublisher:
         await self._report_skipped(built.skipped)
         self._report_unserved(built.unserved)
         chunks = built.chunks
-        listed = await self.client.list(resource, field_selector=self._field_selector())
-        actual = [shapes.from_version(item, version) for item in listed.get("items") or []]
+        live = await self._live_slices(resource, fresh=fresh)
+        actual = [shapes.from_version(item, version) for item in live]
         plan = slices.plan_pool(
             chunks,
             actual,
@@ -237,6 +278,7 @@ class SlicePublisher:
         if write.verb == "create":
             body = slices.slice_object(write.spec, driver=self.driver, node=owner)
             written = await self.client.create(resource, shapes.to_version(body, version))
+            self._wrote(_name(written), written)
         elif write.verb == "update":
             body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "spec": write.spec}
             spec = shapes.to_version(body, version)["spec"]
@@ -247,6 +289,7 @@ class SlicePublisher:
             written = await self.client.merge_patch(
                 resource, write.name, patch, resource_version=write.resource_version
             )
+            self._wrote(write.name, written)
         else:
             try:
                 written = await self.client.delete(
@@ -255,7 +298,9 @@ class SlicePublisher:
             except status.ApiError as error:
                 if not error.not_found:
                     raise
+                self._wrote(write.name, None)
                 return
+            self._wrote(write.name, None)
         self._own_versions.add(str((written.get("metadata") or {}).get("resourceVersion")))
         if self.metrics is not None:
             self.metrics.slice_publishes.labels(verb=write.verb).inc()
@@ -402,11 +447,14 @@ class SlicePublisher:
                 async with contextlib.aclosing(changes):
                     async for change in changes:
                         failures = 0
+                        self._remember(change)
                         if self._needs_reconcile(change):
                             self._wake.set()
             except asyncio.CancelledError:
+                self._watched = None
                 raise
             except _API_FAILURES as error:
+                self._watched = None
                 wait = self.settings.backoff[min(failures, len(self.settings.backoff) - 1)]
                 failures += 1
                 log.warning("following ResourceSlices failed, again in %.1fs: %s", wait, error)

@@ -5,6 +5,8 @@ DRA socket listens before the registration socket appears (the kubelet may call 
 DRA service as soon as GetInfo answers). Stop order is the reverse, staged: the
 registration socket goes first (the kubelet deregisters), new calls are refused,
 in-flight calls get ``shutdown_grace`` seconds, then everything left is cancelled.
+With ``remove_plugin_dir_when_unused``, a stop that leaves no claim record behind removes
+the plugin dir last, unless another instance still runs in it (``directories``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from dralet import errors
+from dralet.checkpoint import database
 from dralet.metrics import DriverMetrics
 from dralet.node import directories, service, sockets
 from dralet.node.backend import ClaimBackend, ClaimRef, DeviceMetadata, HealthNotSupported
@@ -143,6 +146,8 @@ class NodeServer:
         """Where Prometheus metrics are served, once started with a metrics port."""
         self.health_port: int | None = None
         """The TCP port of the gRPC health service, once started with a health port."""
+        self._plugin_dir_hold: int | None = None
+        """``directories.hold_plugin_dir``'s descriptor while this instance runs."""
 
     # ----------------------------------------------------------------- start
 
@@ -150,6 +155,7 @@ class NodeServer:
         s = self.settings
         for note in directories.prepare_directories(s).notes:
             log.warning("%s", note)
+        self._plugin_dir_hold = await asyncio.to_thread(directories.hold_plugin_dir, s)
         # Before recovery: no write of this process is in flight yet, and a leftover a
         # live writer of another instance still holds is left alone.
         for leftover in directories.sweep_temp_files(s):
@@ -333,5 +339,25 @@ class NodeServer:
             await self._metrics_runner.cleanup()
         await self._tasks.cancel_all()
         await self.engine.close()
+        if self._plugin_dir_hold is not None:
+            hold, self._plugin_dir_hold = self._plugin_dir_hold, None
+            removed = await asyncio.to_thread(
+                directories.release_plugin_dir, self.settings, hold, remove_if=self._leaves_nothing
+            )
+            if removed:
+                log.info("removed plugin dir %s: no claim held", self.settings.plugin_dir)
         self.stopped.set()
         log.info("driver stopped")
+
+    def _leaves_nothing(self) -> bool:
+        """Whether a later start needs nothing of the plugin dir: removal asked for, the
+        store usable (a failed-closed one is evidence) and holding no record of any state
+        (a claim prepared, half done, or owing its finalizer removal)."""
+        s = self.settings
+        if not s.remove_plugin_dir_when_unused or self.engine.fail_closed:
+            return False
+        try:
+            snapshot = database.read_only_snapshot(s.store_path, s.checkpoint_path)
+        except errors.CheckpointCorruptError:
+            return False
+        return not snapshot.checkpoint.claims and not snapshot.corrupt

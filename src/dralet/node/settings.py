@@ -93,6 +93,11 @@ class DriverSettings:
     backend_state_dir: Path | None = None
     """The backend's own state dir, if any: checked at start and swept of temp files
     ``dralet.atomic_write`` left behind."""
+    remove_plugin_dir_when_unused: bool = False
+    """At a clean stop, remove the plugin dir (with the backend state dir in it) when it
+    holds no claim record and no other instance runs in it, so an uninstalled driver
+    leaves no directory on the node. Never while a claim is held: a reinstalled driver
+    must find its records."""
 
     def __post_init__(self) -> None:
         driver_problem = kubenames.driver_name_problem(self.driver_name)
