@@ -22,6 +22,7 @@ import pytest
 
 from dralet.conformance import cluster as cluster_conformance
 from dralet.conformance.cluster import objects
+from tests.clusterconformance.leftovers import left_behind
 from tests.install import release
 from tests.install.conftest import BuiltImage
 from tests.install.node import InstallNode
@@ -68,16 +69,6 @@ def conformance(
     )
     assert done.stdout, done.stderr
     return done.returncode, json.loads(done.stdout), done.stderr, junit
-
-
-def left_behind(api: ClusterApi) -> list[str]:
-    """Every object a run labelled, in any namespace, and the run's DeviceClasses."""
-    found = []
-    for kind in ("Pod", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "Namespace"):
-        found += [
-            f"{kind}/{o['metadata']['name']}" for o in api.list(kind, label_selector=RUN_LABEL)
-        ]
-    return found
 
 
 def print_timings(report: dict[str, Any], title: str) -> None:
