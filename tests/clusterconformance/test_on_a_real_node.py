@@ -1,10 +1,11 @@
 """``dralet conformance --cluster`` on the real control plane with a real kubelet.
 
-It passes against dralet installed by its chart, leaving nothing behind and nothing it
-did not make touched (a namespace that existed stays, with what another run left in
-it); Ctrl-C mid-run still removes what it made; and it fails, naming the right case,
-against two broken drivers built here as images from the chart's own: one whose
-unprepare always fails, one that hands every claim's containers the same device.
+It passes against dralet installed by its chart, as an account holding only the RBAC it
+prints, leaving nothing behind and touching nothing it did not make (a namespace that
+existed stays, with what another run left in it); Ctrl-C mid-run still removes what it
+made; and it fails, naming the right case, against two broken drivers built here as
+images from the chart's own: one whose unprepare always fails, one that hands every
+claim's containers the same device.
 Per-case timings are printed (``-s`` shows them).
 """
 
@@ -22,6 +23,7 @@ import pytest
 
 from dralet.conformance import cluster as cluster_conformance
 from dralet.conformance.cluster import objects
+from tests.clusterconformance.identity import least_privilege_kubeconfig
 from tests.clusterconformance.leftovers import left_behind
 from tests.install import release
 from tests.install.conftest import BuiltImage
@@ -50,10 +52,12 @@ NEVER_UNPREPARES = "ledger.unprepare.after-started=error"
 """A failpoint armed in the driver's environment: every unprepare fails at its start."""
 
 
-def command(api: ClusterApi, node: InstallNode, junit: Path, *extra: str) -> list[str]:
+def command(
+    api: ClusterApi, node: InstallNode, junit: Path, *extra: str, kubeconfig: Path | None = None
+) -> list[str]:
     return [
         sys.executable, "-m", "dralet.cli.main", "conformance", "--cluster",
-        "--kubeconfig", str(api.cluster.admin_kubeconfig),
+        "--kubeconfig", str(kubeconfig or api.cluster.admin_kubeconfig),
         "--driver-name", release.DRIVER, "--nodes", node.name,
         "--driver-namespace", release.NAMESPACE, "--driver-selector", DRIVER_SELECTOR,
         "-o", "json", "--junit", str(junit), *extra,
@@ -61,11 +65,14 @@ def command(api: ClusterApi, node: InstallNode, junit: Path, *extra: str) -> lis
 
 
 def conformance(
-    api: ClusterApi, node: InstallNode, tmp_path: Path, *extra: str
+    api: ClusterApi, node: InstallNode, tmp_path: Path, *extra: str, kubeconfig: Path | None = None
 ) -> tuple[int, dict[str, Any], str, Path]:
     junit = tmp_path / "junit.xml"
     done = subprocess.run(
-        command(api, node, junit, *extra), capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+        command(api, node, junit, *extra, kubeconfig=kubeconfig),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
     )
     assert done.stdout, done.stderr
     return done.returncode, json.loads(done.stdout), done.stderr, junit
@@ -92,7 +99,13 @@ def test_passes_against_the_chart_installed_driver_and_leaves_nothing(
     )
     api.create(bystander, namespace=NAMESPACE)
 
-    code, report, stderr, junit = conformance(api, node, tmp_path, "--timeout", WAIT_S)
+    # As an account holding only the printed RBAC, bound as the docs say.
+    with least_privilege_kubeconfig(
+        api, namespace=NAMESPACE, driver_namespace=release.NAMESPACE
+    ) as kubeconfig:
+        code, report, stderr, junit = conformance(
+            api, node, tmp_path, "--timeout", WAIT_S, kubeconfig=kubeconfig
+        )
     print_timings(report, "dralet installed by its chart")
 
     assert code == 0, (report, stderr)
