@@ -5,6 +5,8 @@ a probe saw, the slice rules, the JUnit and JSON report, and the printed RBAC.""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
@@ -259,3 +261,10 @@ def test_local_and_cluster_flags_do_not_mix(args: list[str], complaint: str) -> 
     done = CliRunner().invoke(command, args)
     assert done.exit_code == 2
     assert complaint in done.output
+
+
+def test_the_docs_list_every_cluster_case_with_its_level_in_order() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "conformance.md").read_text()
+    section = docs[docs.index("## Cluster mode") :]
+    rows = re.findall(r"^\| `([a-z.-]+)` \| (MUST|SHOULD) \|", section, flags=re.MULTILINE)
+    assert rows == [(c.name, c.level) for c in CASES]
