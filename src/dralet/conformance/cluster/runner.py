@@ -288,7 +288,11 @@ class _Run:
                 return found
             return None
 
-        claim = await self.wait(f"claim of pod {placed.pod} allocated", check)
+        try:
+            claim = await self.wait(f"claim of pod {placed.pod} allocated", check)
+        except CaseFailure as failure:
+            pod = await self.get(resources.PODS, placed.pod)
+            raise CaseFailure(f"{failure}; {_pod_problem(pod or {})}") from None
         results = claim["status"]["allocation"].get("devices", {}).get("results") or []
         if len(results) != 1:
             raise CaseFailure(f"claim {placed.claim}: {len(results)} allocation results, not 1")
@@ -602,8 +606,13 @@ class _Node:
         placed = await run.place(
             run.name("pod", self.index), self.node, template=template, claim=claim
         )
-        await timer.step("allocate", run.allocated(placed, self.devices))
-        await timer.step("start", run.running(placed))
+        try:
+            await timer.step("allocate", run.allocated(placed, self.devices))
+            await timer.step("start", run.running(placed))
+        except CaseFailure:
+            # Not waited for: a pod that never ran may hold a device the next case needs.
+            await run.delete(resources.PODS, placed.pod)
+            raise
         return placed
 
     async def workloads(self) -> None:
