@@ -213,7 +213,7 @@ def test_json_gives_each_case_its_level_node_and_steps() -> None:
         "status": "fail",
         "message": "not within 30s",
         "seconds": 30.0,
-        "steps": {"release": 30.0},
+        "steps": [{"name": "release", "seconds": 30.0}],
     }
     assert result().failed("SHOULD") == ["pod.sees-devices"]
 

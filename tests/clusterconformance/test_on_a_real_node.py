@@ -81,7 +81,7 @@ def conformance(
 def print_timings(report: dict[str, Any], title: str) -> None:
     print(f"\n{title}: per-case seconds (steps)")
     for case in report["cases"]:
-        steps = ", ".join(f"{k} {v:.2f}" for k, v in case["steps"].items())
+        steps = ", ".join(f"{s['name']} {s['seconds']:.2f}" for s in case["steps"])
         print(f"  {case['name']:34} {case['status']:4} {case['seconds']:7.2f}  {steps}")
 
 

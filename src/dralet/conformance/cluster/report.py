@@ -84,7 +84,7 @@ class ClusterSuiteResult:
                     "status": c.status,
                     "message": c.message,
                     "seconds": round(c.seconds, 3),
-                    "steps": {s.name: round(s.seconds, 3) for s in c.steps},
+                    "steps": [{"name": s.name, "seconds": round(s.seconds, 3)} for s in c.steps],
                 }
                 for c in self.cases
             ],
