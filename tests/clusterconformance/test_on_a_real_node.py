@@ -79,7 +79,8 @@ def conformance(
 
 
 def print_timings(report: dict[str, Any], title: str) -> None:
-    print(f"\n{title}: per-case seconds (steps)")
+    print(f"\n{title}: the report\n{json.dumps(report)}")
+    print(f"{title}: per-case seconds (steps)")
     for case in report["cases"]:
         steps = ", ".join(f"{s['name']} {s['seconds']:.2f}" for s in case["steps"])
         print(f"  {case['name']:34} {case['status']:4} {case['seconds']:7.2f}  {steps}")
