@@ -231,6 +231,15 @@ class _Run:
             found.append((core.NAMESPACES, self.settings.namespace))
         return found
 
+    async def other_runs(self) -> list[str]:
+        """Pods of other runs in the namespace: deleting it would delete them too."""
+        listed = await self.client.list(
+            resources.PODS,
+            namespace=self.settings.namespace,
+            label_selector=f"{objects.RUN_LABEL},{objects.RUN_LABEL}!={self.run_id}",
+        )
+        return [f"Pod/{i['metadata']['name']}" for i in listed.get("items") or []]
+
     async def cleanup(self) -> tuple[str, ...]:
         """Delete what this run made; what is still there after the cleanup timeout."""
         self.say("removing what this run created")
@@ -245,6 +254,13 @@ class _Run:
             if left == [(core.NAMESPACES, self.settings.namespace)] or not left:
                 break
             await asyncio.sleep(self.settings.poll_interval)
+        others = await self.other_runs() if self.made_namespace else []
+        if self.made_namespace and others:
+            self.say(
+                f"keeping namespace {self.settings.namespace}: another run is using it "
+                f"({', '.join(others[:3])})"
+            )
+            self.made_namespace = False
         if self.made_namespace:
             await self.delete(core.NAMESPACES, self.settings.namespace)
             while time.monotonic() < deadline:
