@@ -29,6 +29,7 @@ from dralet.kube.status import ApiError
 __all__ = [
     "DEFAULT_IMAGE",
     "CaseFailure",
+    "Run",
     "ClusterSettings",
     "ClusterSetupError",
     "run_cluster_suite",
@@ -113,7 +114,9 @@ class _Placed:
     view: probe.ProbeView | None = None
 
 
-class _Run:
+class Run:
+    """One run's objects and waits: setup, the pods and claims of the cases, cleanup."""
+
     def __init__(self, client: KubeClient, settings: ClusterSettings, *, run_id: str) -> None:
         self.client = client
         self.settings = settings
@@ -522,7 +525,7 @@ Case = Callable[[_Timer], Awaitable[str]]
 class _Node:
     """One node's run: its cases share the baseline probe and the first claim's device."""
 
-    run: _Run
+    run: Run
     node: str
     index: int
     results: list[ClusterCaseResult] = field(default_factory=list)
@@ -887,7 +890,7 @@ async def run_cluster_suite(client: KubeClient, settings: ClusterSettings) -> Cl
     """Run every case on every selected node; clean up whatever happens (cancellation
     included, which is re-raised once the cleanup is done)."""
     run_id = settings.run_id or secrets.token_hex(3)
-    run = _Run(client, settings, run_id=run_id)
+    run = Run(client, settings, run_id=run_id)
     results: list[ClusterCaseResult] = []
     nodes: list[str] = []
     leftovers: tuple[str, ...] = ()
