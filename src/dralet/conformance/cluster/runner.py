@@ -29,9 +29,9 @@ from dralet.kube.status import ApiError
 __all__ = [
     "DEFAULT_IMAGE",
     "CaseFailure",
-    "Run",
     "ClusterSettings",
     "ClusterSetupError",
+    "Run",
     "run_cluster_suite",
 ]
 
