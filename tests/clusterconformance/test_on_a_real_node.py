@@ -4,8 +4,8 @@ It passes against dralet installed by its chart, as an account holding only the 
 prints, leaving nothing behind and touching nothing it did not make (a namespace that
 existed stays, with what another run left in it); Ctrl-C mid-run still removes what it
 made; and it fails, naming the right case, against two broken drivers built here as
-images from the chart's own: one whose unprepare always fails, one that hands every
-claim's containers the same device.
+images from the chart's own (tests/clusterconformance/broken_backends.py): one whose
+release always fails, one that hands every claim's containers the same device.
 Per-case timings are printed (``-s`` shows them).
 """
 
@@ -48,8 +48,6 @@ WAIT_S = "60"
 """--timeout of the passing runs: generous for a loaded CI machine."""
 BROKEN_WAIT_S = "25"
 """--timeout of the broken drivers' runs: every release there waits it out."""
-NEVER_UNPREPARES = "ledger.unprepare.after-started=error"
-"""A failpoint armed in the driver's environment: every unprepare fails at its start."""
 
 
 def command(
@@ -153,16 +151,16 @@ def test_passes_against_the_chart_installed_driver_and_leaves_nothing(
 
 
 def broken_image(image: BuiltImage, variant: str, tmp_path: Path) -> tuple[str, Path]:
-    """The chart's image with one thing changed, built with podman; (name, archive)."""
+    """The chart's image plus tests/clusterconformance/broken_backends.py, built with
+    podman; (name, archive)."""
     context = tmp_path / variant
     context.mkdir()
-    lines = [f"FROM localhost/{image.name}"]
-    if variant == "never-unprepares":
-        lines.append(f"ENV DRALET_FAILPOINTS={NEVER_UNPREPARES}")
-    else:
-        (context / "onedevice.py").write_text((HERE / "onedevice.py").read_text())
-        lines += ["COPY onedevice.py /opt/dralet-broken/", "ENV PYTHONPATH=/opt/dralet-broken"]
-    (context / "Containerfile").write_text("\n".join(lines) + "\n")
+    (context / "broken_backends.py").write_text((HERE / "broken_backends.py").read_text())
+    (context / "Containerfile").write_text(
+        f"FROM localhost/{image.name}\n"
+        "COPY broken_backends.py /opt/dralet-broken/\n"
+        "ENV PYTHONPATH=/opt/dralet-broken\n"
+    )
     name = f"dralet-broken:{variant}"
     subprocess.run(
         ["podman", "build", "--pull=never", "-t", name, "-f", str(context / "Containerfile"),
@@ -180,7 +178,7 @@ def broken_image(image: BuiltImage, variant: str, tmp_path: Path) -> tuple[str, 
 
 @pytest.mark.parametrize(
     ("variant", "failing"),
-    [("never-unprepares", "claim.released"), ("one-device-for-all", "exclusive.distinct")],
+    [("never-releases", "claim.released"), ("one-device-for-all", "exclusive.distinct")],
 )
 def test_fails_naming_the_case_against_a_broken_driver(
     k8s_api: ClusterApi,
@@ -196,9 +194,8 @@ def test_fails_naming_the_case_against_a_broken_driver(
     name, archive = broken_image(image, variant, tmp_path)
     node.load_image(archive, name)
     tag = name.split(":")[1]
-    chosen = ["image.repository=dralet-broken", f"image.tag={tag}"]
-    if variant == "one-device-for-all":
-        chosen.append("backend.name=onedevice:factory")
+    backend = f"broken_backends:{variant.replace('-', '_')}"
+    chosen = ["image.repository=dralet-broken", f"image.tag={tag}", f"backend.name={backend}"]
     release.install_driver(operator, [node], *values(*chosen))
 
     code, report, stderr, _ = conformance(api, node, tmp_path, "--timeout", BROKEN_WAIT_S)
