@@ -601,7 +601,7 @@ class _Node:
                 await run.wait(f"no stale slices on {self.node}", check)
             except CaseFailure as failure:
                 raise CaseFailure(f"{failure}: {', '.join((await read()).stale())}") from None
-            return ""
+            return "no slice of an older generation"
 
         async def valid(timer: _Timer) -> str:
             found = await read()
@@ -707,7 +707,7 @@ class _Node:
             if self.first is None or not self.first.pod:
                 raise CaseSkipped("no allocated claim")
             await timer.step("release", run.released(self.first))
-            return ""
+            return f"{self.first.pod} gone, {self.first.claim} deleted"
 
         async def reuse(timer: _Timer) -> str:
             if self.first is None or not self.first.device[2]:
@@ -771,7 +771,7 @@ class _Node:
             ):
                 raise CaseFailure(f"the workload did not keep running: {_pod_problem(pod)}")
             await timer.step("release", run.released(placed))
-            return ""
+            return "the workload kept running; released after the driver came back"
 
         async def restart_before_unprepare(timer: _Timer) -> str:
             driver = await run.driver_pod(self.node)
@@ -785,7 +785,7 @@ class _Node:
             await timer.step("driver-back", run.driver_back(self.node, driver["metadata"]["uid"]))
             await timer.step("release-after-restart", run.pod_gone(placed.pod))
             await run.claim_released(placed)
-            return ""
+            return "released by the new driver pod"
 
         async def bad_image(timer: _Timer) -> str:
             placed = await run.place(
