@@ -10,8 +10,13 @@ driver to ``--write-kubeconfig`` (its directory is made). Devices to allocate co
 ``--device`` or from the ResourceSlice the driver publishes for the node. The cases live
 in ``dralet.conformance``.
 
+With ``--cluster`` it plays neither: it checks a driver already installed on a live
+cluster (found like kubectl finds it) by running pods whose claims the cluster's own
+scheduler and kubelets handle; the cases live in ``dralet.conformance.cluster``.
+
 Exit status: 0 no MUST case failed (with ``--strict``: no case failed), 1 one did, 2 usage
-error, an unreachable API, a driver that never registered, or no devices to allocate.
+error, an unreachable API, a driver that never registered, or no devices to allocate;
+130 interrupted (with ``--cluster``, after removing what the run created).
 """
 
 from __future__ import annotations
@@ -32,16 +37,38 @@ from dralet import conformance, errors, releases
 from dralet.cdi import store as cdi_store
 from dralet.cli import exits, options
 from dralet.cli.audit import render_table, wrap_prose
+from dralet.conformance import cluster as cluster_conformance
 from dralet.kube import access
 
-__all__ = ["ApiChoice", "command", "render_text"]
+__all__ = ["ApiChoice", "command", "render_cluster_text", "render_text"]
 
 EXIT_PASSED = exits.OK
 EXIT_FAILED = exits.FINDINGS
 EXIT_ERROR = exits.BAD_INPUT
 STATUS_WORDS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
 NEWEST_KUBERNETES = releases.newest(conformance.KUBELET_VERSIONS)
+LOCAL_NAMESPACE = "default"
+CLUSTER_NAMESPACE = "dralet-conformance"
 RESTART_TIMEOUT = 120.0
+LOCAL_ONLY = (
+    "--socket",
+    "--registry-dir",
+    "--api-url",
+    "--serve-api",
+    "--write-kubeconfig",
+    "--pool",
+    "--device",
+    "--kubelet-version",
+    "--restart-cmd",
+)
+CLUSTER_ONLY = (
+    "--nodes",
+    "--device-class",
+    "--image",
+    "--timeout",
+    "--driver-namespace",
+    "--driver-selector",
+)
 
 
 class ConformanceError(Exception):
@@ -166,6 +193,133 @@ def render_text(result: conformance.SuiteResult, *, width: int | None = None) ->
     return wrap_prose(lines, width)
 
 
+def render_cluster_text(
+    result: cluster_conformance.ClusterSuiteResult, *, width: int | None = None
+) -> str:
+    rows = [
+        [c.name, c.level, c.node, STATUS_WORDS[c.status], f"{c.seconds:.1f}", c.message]
+        for c in result.cases
+    ]
+    must, should = result.failed("MUST"), result.failed("SHOULD")
+    passed = sum(1 for c in result.cases if c.status == "pass")
+    summary = f"{passed} of {len(result.cases)} passed"
+    if must:
+        summary += f"; MUST failed: {', '.join(must)}"
+    if should:
+        counted = "" if result.strict else " (not counted without --strict)"
+        summary += f"; SHOULD failed{counted}: {', '.join(should)}"
+    lines = [
+        f"dralet conformance --cluster: driver {result.driver} at {result.server}, "
+        f"run {result.run_id}",
+        render_table(["CASE", "LEVEL", "NODE", "RESULT", "SECONDS", "DETAIL"], rows, width=width),
+        "",
+        summary + ("." if not (must or should) else ""),
+    ]
+    if result.leftovers:
+        lines.append(f"Left after cleanup: {', '.join(result.leftovers)}.")
+    return wrap_prose(lines, width)
+
+
+async def run_cluster(
+    settings: cluster_conformance.ClusterSettings, api: access.ApiAccess
+) -> cluster_conformance.ClusterSuiteResult:
+    """Connect, run the cluster cases (which clean up after themselves), close."""
+    from dralet import kube  # imported here: the API client takes a second to load
+
+    try:
+        client = await kube.connect(api_access=api)
+    except Exception as exc:  # the config loaders raise many kinds of error
+        raise ConformanceError(f"cannot connect to the API server: {exc}") from exc
+    try:
+        return await cluster_conformance.run_cluster_suite(client, settings)
+    except (OSError, TimeoutError) as exc:
+        raise ConformanceError(f"the API server is unreachable: {exc}") from exc
+    except kube.ApiError as exc:
+        raise ConformanceError(f"the API server refused: {exc}") from exc
+    finally:
+        await client.close()
+
+
+def _print_rbac() -> None:
+    click.echo(yaml.safe_dump_all(cluster_conformance.roles(), sort_keys=False), nl=False)
+
+
+def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
+    """The options of ``names`` the user set (on the command line or by environment)."""
+    by_flag = {f"--{p.name.replace('_', '-')}": p for p in ctx.command.params}
+    by_flag.update({o: p for p in ctx.command.params for o in getattr(p, "opts", ())})
+    given = []
+    for flag in names:
+        param = by_flag[flag]
+        source = ctx.get_parameter_source(param.name or "")
+        if source not in (None, click.core.ParameterSource.DEFAULT):
+            given.append(flag)
+    return given
+
+
+def _cluster(
+    ctx: click.Context,
+    *,
+    driver_name: str,
+    namespace: str | None,
+    nodes: tuple[str, ...],
+    device_class: str,
+    image: str,
+    timeout: float,
+    driver_namespace: str,
+    driver_selector: str,
+    kubeconfig: Path | None,
+    kube_context: str | None,
+    strict: bool,
+    output: str,
+    junit: Path | None,
+) -> None:
+    local = _given(ctx, LOCAL_ONLY)
+    if local:
+        raise click.UsageError(f"--cluster checks an installed driver: no {', '.join(local)}")
+    if not driver_name:
+        raise click.UsageError("--cluster needs --driver-name (the driver to check)")
+    if bool(driver_namespace) != bool(driver_selector):
+        raise click.UsageError("--driver-namespace and --driver-selector go together")
+    try:
+        api = access.resolve(kubeconfig=kubeconfig, context=kube_context)
+    except access.ApiAccessError as exc:
+        raise exits.BadInput(f"cannot connect to the API server: {exc}") from None
+    if api is None:
+        raise click.UsageError(
+            "--cluster needs a cluster: give --kubeconfig (or set $KUBECONFIG, run in a "
+            "pod, or create ~/.kube/config)"
+        )
+    settings = cluster_conformance.ClusterSettings(
+        driver=driver_name,
+        nodes=nodes,
+        namespace=namespace or CLUSTER_NAMESPACE,
+        device_class=device_class,
+        image=image,
+        driver_namespace=driver_namespace,
+        driver_selector=driver_selector,
+        timeout=timeout,
+        strict=strict,
+        progress=lambda message: click.echo(f"dralet conformance: {message}", err=True),
+    )
+    try:
+        result = asyncio.run(run_cluster(settings, api))
+    except KeyboardInterrupt:
+        click.echo("dralet conformance: interrupted; what the run created is removed", err=True)
+        sys.exit(exits.INTERRUPTED)
+    except (ConformanceError, cluster_conformance.ClusterSetupError) as exc:
+        click.echo(f"dralet conformance: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    _emit(result, output=output, junit=junit, text=render_cluster_text)
+
+
+def _nodes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    nodes: list[str] = []
+    for value in values:
+        nodes += [n for n in (v.strip() for v in value.split(",")) if n and n not in nodes]
+    return tuple(nodes)
+
+
 def _kubelet_versions(
     ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 ) -> tuple[str, ...]:
@@ -233,7 +387,12 @@ def _kubelet_versions(
     help="A device of the pool to allocate (repeat; two recommended) "
     "[default: the first two the driver published for the node].",
 )
-@click.option("--namespace", default="default", show_default=True)
+@click.option(
+    "--namespace",
+    default=None,
+    help=f"Namespace of the claims [default: {LOCAL_NAMESPACE}; with --cluster: "
+    f"{CLUSTER_NAMESPACE}, made and removed by the run if it does not exist].",
+)
 @click.option(
     "--kubelet-version",
     "kubelet_versions",
@@ -265,11 +424,63 @@ def _kubelet_versions(
     show_default=True,
     help="Seconds to wait for the driver to register (and to publish its devices).",
 )
+@click.option(
+    "--cluster",
+    "cluster_mode",
+    is_flag=True,
+    help="Check a driver installed on a live cluster through pods on its nodes "
+    "(needs --driver-name; see docs/conformance.md).",
+)
+@click.option(
+    "--nodes",
+    multiple=True,
+    callback=_nodes,
+    metavar="NODE,...",
+    help="With --cluster: nodes to check [default: every node the driver published "
+    "ResourceSlices for].",
+)
+@click.option(
+    "--device-class",
+    default="",
+    help="With --cluster: the DeviceClass to request [default: one made for the run, "
+    "selecting every device of the driver].",
+)
+@click.option(
+    "--image",
+    default=cluster_conformance.DEFAULT_IMAGE,
+    show_default=True,
+    help="With --cluster: the probe image (sh, ls, sort, env).",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="With --cluster: seconds each wait may take (a pod running, a claim released).",
+)
+@click.option(
+    "--driver-namespace",
+    default="",
+    help="With --cluster: namespace of the driver's pods (for the driver.* cases).",
+)
+@click.option(
+    "--driver-selector",
+    default="",
+    metavar="SELECTOR",
+    help="With --cluster: label selector of the driver's pods (for the driver.* cases).",
+)
+@click.option(
+    "--print-rbac",
+    is_flag=True,
+    help="Print the ClusterRoles --cluster needs, as YAML, and exit.",
+)
 @options.output()
 @click.option(
     "--junit", type=click.Path(path_type=Path, dir_okay=False), default=None, help="JUnit XML file."
 )
+@click.pass_context
 def command(
+    ctx: click.Context,
     socket_path: Path | None,
     registry_dir: Path | None,
     driver_name: str,
@@ -282,16 +493,49 @@ def command(
     node_name: str,
     pool: str,
     devices: tuple[str, ...],
-    namespace: str,
+    namespace: str | None,
     kubelet_versions: tuple[str, ...],
     kubernetes_version: str,
     strict: bool,
     restart_cmd: str | None,
     wait: float,
+    cluster_mode: bool,
+    nodes: tuple[str, ...],
+    device_class: str,
+    image: str,
+    timeout: float,
+    driver_namespace: str,
+    driver_selector: str,
+    print_rbac: bool,
     output: str,
     junit: Path | None,
 ) -> None:
-    """Check any DRA driver's socket as a kubelet would."""
+    """Check any DRA driver's socket as a kubelet would, or (--cluster) a driver
+    installed on a live cluster."""
+    if print_rbac:
+        _print_rbac()
+        return
+    if cluster_mode:
+        _cluster(
+            ctx,
+            driver_name=driver_name,
+            namespace=namespace,
+            nodes=nodes,
+            device_class=device_class,
+            image=image,
+            timeout=timeout,
+            driver_namespace=driver_namespace,
+            driver_selector=driver_selector,
+            kubeconfig=kubeconfig,
+            kube_context=kube_context,
+            strict=strict,
+            output=output,
+            junit=junit,
+        )
+        return
+    cluster_only = _given(ctx, CLUSTER_ONLY)
+    if cluster_only:
+        raise click.UsageError(f"{', '.join(cluster_only)} go with --cluster")
     if (socket_path is None) == (registry_dir is None):
         raise click.UsageError("give exactly one of --socket and --registry-dir")
     if serve_api is not None and (api_url or kubeconfig or kube_context):
@@ -325,7 +569,7 @@ def command(
         node_name=node_name,
         pool=pool,
         devices=devices,
-        namespace=namespace,
+        namespace=namespace or LOCAL_NAMESPACE,
         kubelet_versions=kubelet_versions,
         strict=strict,
         restart=shell_restart(restart_cmd) if restart_cmd else None,
@@ -340,15 +584,24 @@ def command(
     )
     try:
         result: conformance.SuiteResult = asyncio.run(run(settings, choice))
-        if junit is not None:
-            junit.write_text(result.to_junit_xml())
     except (ConformanceError, conformance.SetupError, OSError) as exc:
         click.echo(f"dralet conformance: {exc}", err=True)
         sys.exit(EXIT_ERROR)
+    _emit(result, output=output, junit=junit, text=render_text)
+
+
+def _emit(result: Any, *, output: str, junit: Path | None, text: Callable[[Any], str]) -> None:
+    """Write the JUnit file, print the result as asked, exit with its verdict."""
+    if junit is not None:
+        try:
+            junit.write_text(result.to_junit_xml())
+        except OSError as exc:
+            click.echo(f"dralet conformance: {exc}", err=True)
+            sys.exit(EXIT_ERROR)
     if output == "json":
         click.echo(json.dumps(result.to_json(), indent=2))
     elif output == "yaml":
         click.echo(yaml.safe_dump(result.to_json(), sort_keys=False), nl=False)
     else:
-        click.echo(render_text(result))
+        click.echo(text(result))
     sys.exit(EXIT_PASSED if result.passed else EXIT_FAILED)
