@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from xml.etree import ElementTree
 
 from dralet.conformance.cases import Level
 from dralet.conformance.cluster.cases import case
-from dralet.conformance.report import Status
+from dralet.conformance.report import Status, counts, failed_names, junit_xml
 
 __all__ = ["ClusterCaseResult", "ClusterSuiteResult", "Step"]
 
@@ -52,7 +51,7 @@ class ClusterSuiteResult:
     """Objects this run created that were still there after its cleanup."""
 
     def counts(self, c: ClusterCaseResult) -> bool:
-        return c.status == "fail" and (self.strict or c.level == "MUST")
+        return counts(c, self.strict)
 
     @property
     def passed(self) -> bool:
@@ -60,11 +59,7 @@ class ClusterSuiteResult:
 
     def failed(self, level: Level | None = None) -> list[str]:
         """Names of the failed cases (each once), optionally of one level."""
-        names: list[str] = []
-        for c in self.cases:
-            if c.status == "fail" and (level is None or c.level == level) and c.name not in names:
-                names.append(c.name)
-        return names
+        return failed_names(self.cases, level)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,22 +86,9 @@ class ClusterSuiteResult:
         }
 
     def to_junit_xml(self) -> str:
-        """JUnit XML, one testcase per case and node (classname carries level and node).
-
-        A failed SHOULD case is a ``failure`` only under ``strict``; otherwise it is
-        reported in ``system-out``. Objects left after cleanup are a suite ``system-err``.
-        """
-        failures = [c for c in self.cases if self.counts(c)]
-        suite = ElementTree.Element(
-            "testsuite",
-            name="dralet-conformance-cluster",
-            tests=str(len(self.cases)),
-            failures=str(len(failures)),
-            skipped=str(sum(1 for c in self.cases if c.status == "skip")),
-            errors="0",
-            time=f"{sum(c.seconds for c in self.cases):.3f}",
-        )
-        properties = ElementTree.SubElement(suite, "properties")
+        """JUnit XML, one testcase per case and node (classname carries level and node);
+        a passed case's steps with their times are its ``system-out``, objects left after
+        cleanup the suite's ``system-err`` (see ``junit_xml``)."""
         pairs = [
             ("driver", self.driver),
             ("server", self.server),
@@ -114,31 +96,14 @@ class ClusterSuiteResult:
             ("nodes", ",".join(self.nodes)),
             ("strict", str(self.strict).lower()),
         ]
-        for key, value in pairs:
-            ElementTree.SubElement(properties, "property", name=key, value=value)
-        for c in self.cases:
-            element = ElementTree.SubElement(
-                suite,
-                "testcase",
-                classname=f"dralet.conformance.cluster.{c.level}"
-                + (f".{c.node}" if c.node else ""),
-                name=c.name,
-                time=f"{c.seconds:.3f}",
-            )
-            timings = "; ".join(f"{s.name} {s.seconds:.2f}s" for s in c.steps)
-            if self.counts(c):
-                ElementTree.SubElement(element, "failure", message=c.message).text = c.message
-            elif c.status == "fail":
-                ElementTree.SubElement(element, "system-out").text = f"SHOULD failed: {c.message}"
-            elif c.status == "skip":
-                ElementTree.SubElement(element, "skipped", message=c.message)
-            elif timings:
-                ElementTree.SubElement(element, "system-out").text = timings
-        if self.leftovers:
-            ElementTree.SubElement(suite, "system-err").text = "left after cleanup: " + ", ".join(
-                self.leftovers
-            )
-        root = ElementTree.Element("testsuites")
-        root.append(suite)
-        ElementTree.indent(root)
-        return ElementTree.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+        return junit_xml(
+            "dralet-conformance-cluster",
+            self.cases,
+            strict=self.strict,
+            properties=pairs,
+            classname=lambda c: (
+                f"dralet.conformance.cluster.{c.level}" + (f".{c.node}" if c.node else "")
+            ),
+            passed_output=lambda c: "; ".join(f"{s.name} {s.seconds:.2f}s" for s in c.steps),
+            system_err="left after cleanup: " + ", ".join(self.leftovers) if self.leftovers else "",
+        )
