@@ -85,10 +85,10 @@ def print_timings(report: dict[str, Any], title: str) -> None:
 
 
 def test_passes_against_the_chart_installed_driver_and_leaves_nothing(
-    k8s_api: ClusterApi, node: InstallNode, helm: str, tmp_path: Path
+    k8s_api: ClusterApi, node: InstallNode, helm: str, kubectl: str, tmp_path: Path
 ) -> None:
     api = k8s_api
-    operator = Operator(helm, api, tmp_path / "helm")
+    operator = Operator(helm, kubectl, api, tmp_path / "helm")
     release.install_driver(operator, [node])
     # A namespace that exists already, with another run's template in it: both stay.
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
@@ -184,13 +184,14 @@ def test_fails_naming_the_case_against_a_broken_driver(
     k8s_api: ClusterApi,
     node: InstallNode,
     helm: str,
+    kubectl: str,
     image: BuiltImage,
     tmp_path: Path,
     variant: str,
     failing: str,
 ) -> None:
     api = k8s_api
-    operator = Operator(helm, api, tmp_path / "helm")
+    operator = Operator(helm, kubectl, api, tmp_path / "helm")
     name, archive = broken_image(image, variant, tmp_path)
     node.load_image(archive, name)
     tag = name.split(":")[1]

@@ -30,10 +30,10 @@ DRIVER_SELECTOR = "app.kubernetes.io/instance=dralet,app.kubernetes.io/component
 
 
 def test_every_node_the_driver_serves_is_checked(
-    k8s_api: ClusterApi, two_nodes: list[InstallNode], helm: str, tmp_path: Path
+    k8s_api: ClusterApi, two_nodes: list[InstallNode], helm: str, kubectl: str, tmp_path: Path
 ) -> None:
     api = k8s_api
-    operator = Operator(helm, api, tmp_path / "helm")
+    operator = Operator(helm, kubectl, api, tmp_path / "helm")
     release.install_driver(operator, two_nodes)
     until(
         lambda: (

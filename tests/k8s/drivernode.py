@@ -5,6 +5,7 @@ kubelet emulator registered with it."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ class Node:
     driver: DriverProcess
     kubelet: KubeletEmulator
     plugin: PluginConnection
+    started: datetime.datetime
+    """When the fixture began: the API server's audit events of this node's driver come
+    after it, and other tests' before (they share the driver's ServiceAccount)."""
 
     async def restart_driver(self, *extra: str) -> None:
         """SIGTERM the driver and start it again (with ``extra`` arguments)."""
@@ -54,6 +58,7 @@ class Node:
 async def node(k8s_api: ClusterApi, short_tmp: Path) -> AsyncIterator[Node]:
     # The driver's kubeconfig first: making it may skip the test (no helm to render the
     # chart's ServiceAccount), which must leave no heartbeat running.
+    started = datetime.datetime.now(datetime.UTC)
     kubeconfig = k8s_api.driver_kubeconfig()
     async with await kube.connect(kubeconfig=k8s_api.cluster.admin_kubeconfig) as admin:
         heartbeat = asyncio.create_task(NodeHeartbeat(admin, NODE).run())
@@ -82,7 +87,7 @@ async def node(k8s_api: ClusterApi, short_tmp: Path) -> AsyncIterator[Node]:
                 "the driver's ResourceSlice",
             )
             k8s_api.wait_for_default_service_account()
-            yield Node(k8s_api, paths, driver, kubelet, plugin)
+            yield Node(k8s_api, paths, driver, kubelet, plugin, started)
         finally:
             await kubelet.close()
             await driver.terminate()

@@ -27,7 +27,7 @@ async def test_a_driver_holding_no_claim_removes_its_plugin_dir_only(tmp_path: P
         claim = node.claims.add(allocated_claim("c1", devices=[("gpu", "gpu-1")]))
         assert (await node.plugin.prepare([kclaim(claim)])).kubelet_error == ""
         assert (await node.plugin.unprepare([kclaim(claim)])).kubelet_error == ""
-        await node.driver.ledger.settled()
+        await node.driver.engine.settled()
         assert (plugin_dir / "claims.db").exists()
     assert not plugin_dir.exists()
     assert plugin_dir.parent.is_dir()

@@ -67,7 +67,7 @@ async def test_a_prepared_gpu_resolves_and_the_container_sees_its_nodes(
     settings = node_settings(short_tmp / "node", driver_name=DRIVER)
     gpus = NvidiaGpus(
         Nvml(FakeNvml(count=2)),
-        store_path=settings.store_path,
+        ledger_dir=settings.plugin_dir,
         legacy_path=settings.checkpoint_path,
         dev_root=device_tree(short_tmp / "host"),
     )
@@ -99,7 +99,7 @@ async def test_with_the_toolkit_spec_the_container_gets_its_nodes_and_libraries(
     nvml = FakeNvml(count=2)
     gpus = NvidiaGpus(
         Nvml(nvml),
-        store_path=settings.store_path,
+        ledger_dir=settings.plugin_dir,
         legacy_path=settings.checkpoint_path,
         dev_root=host,
         toolkit_cdi=True,
@@ -165,7 +165,7 @@ async def test_a_mig_device_made_at_prepare_resolves_with_its_capability_nodes(
     nvml = FakeNvml(count=2, mig={0}, proc_root=host / "proc", dev_root=host, device_nodes=True)
     gpus = NvidiaGpus(
         Nvml(nvml),
-        store_path=settings.store_path,
+        ledger_dir=settings.plugin_dir,
         legacy_path=settings.checkpoint_path,
         dev_root=host,
         proc_root=host / "proc",
@@ -198,7 +198,7 @@ async def test_the_drivers_libraries_are_mounted_where_cuda_images_look(
     settings = node_settings(short_tmp / "node", driver_name=DRIVER)
     gpus = NvidiaGpus(
         Nvml(FakeNvml(count=2)),
-        store_path=settings.store_path,
+        ledger_dir=settings.plugin_dir,
         legacy_path=settings.checkpoint_path,
         dev_root=device_tree(short_tmp / "host"),
         driver_root=driver_root(short_tmp / "driver-root"),
