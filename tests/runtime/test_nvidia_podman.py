@@ -68,7 +68,6 @@ async def test_a_prepared_gpu_resolves_and_the_container_sees_its_nodes(
     gpus = NvidiaGpus(
         Nvml(FakeNvml(count=2)),
         ledger_dir=settings.plugin_dir,
-        legacy_path=settings.checkpoint_path,
         dev_root=device_tree(short_tmp / "host"),
     )
     run = await run_on(settings, gpus, "gpu-1", podman_settings)
@@ -100,7 +99,6 @@ async def test_with_the_toolkit_spec_the_container_gets_its_nodes_and_libraries(
     gpus = NvidiaGpus(
         Nvml(nvml),
         ledger_dir=settings.plugin_dir,
-        legacy_path=settings.checkpoint_path,
         dev_root=host,
         toolkit_cdi=True,
     )
@@ -166,7 +164,6 @@ async def test_a_mig_device_made_at_prepare_resolves_with_its_capability_nodes(
     gpus = NvidiaGpus(
         Nvml(nvml),
         ledger_dir=settings.plugin_dir,
-        legacy_path=settings.checkpoint_path,
         dev_root=host,
         proc_root=host / "proc",
         mig_mode="dynamic",
@@ -199,7 +196,6 @@ async def test_the_drivers_libraries_are_mounted_where_cuda_images_look(
     gpus = NvidiaGpus(
         Nvml(FakeNvml(count=2)),
         ledger_dir=settings.plugin_dir,
-        legacy_path=settings.checkpoint_path,
         dev_root=device_tree(short_tmp / "host"),
         driver_root=driver_root(short_tmp / "driver-root"),
     )
