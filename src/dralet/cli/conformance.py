@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from dralet.cdi import store as cdi_store
 from dralet.cli import exits, options
 from dralet.cli.audit import render_table, wrap_prose
 from dralet.conformance import cluster as cluster_conformance
+from dralet.conformance.report import Judged
 from dralet.kube import access
 
 __all__ = ["ApiChoice", "command", "render_cluster_text", "render_text"]
@@ -176,13 +177,7 @@ def render_text(result: conformance.SuiteResult, *, width: int | None = None) ->
     ]
     must, should = result.failed("MUST"), result.failed("SHOULD")
     services = ", ".join(f"{k}: {s}" for k, s in result.services)
-    passed = sum(1 for c in result.cases if c.status == "pass")
-    summary = f"{passed} of {len(result.cases)} passed"
-    if must:
-        summary += f"; MUST failed: {', '.join(must)}"
-    if should:
-        counted = "" if result.strict else " (not counted without --strict)"
-        summary += f"; SHOULD failed{counted}: {', '.join(should)}"
+    summary = _summary(result.cases, must, should, strict=result.strict)
     lines = [
         f"dralet conformance: driver {result.driver} at {result.endpoint}"
         + (f" (kubelet {services})" if services else ""),
@@ -201,13 +196,7 @@ def render_cluster_text(
         for c in result.cases
     ]
     must, should = result.failed("MUST"), result.failed("SHOULD")
-    passed = sum(1 for c in result.cases if c.status == "pass")
-    summary = f"{passed} of {len(result.cases)} passed"
-    if must:
-        summary += f"; MUST failed: {', '.join(must)}"
-    if should:
-        counted = "" if result.strict else " (not counted without --strict)"
-        summary += f"; SHOULD failed{counted}: {', '.join(should)}"
+    summary = _summary(result.cases, must, should, strict=result.strict)
     lines = [
         f"dralet conformance --cluster: driver {result.driver} at {result.server}, "
         f"run {result.run_id}",
@@ -605,3 +594,17 @@ def _emit(result: Any, *, output: str, junit: Path | None, text: Callable[[Any],
     else:
         click.echo(text(result))
     sys.exit(EXIT_PASSED if result.passed else EXIT_FAILED)
+
+
+def _summary(
+    cases: Sequence[Judged], must: Sequence[str], should: Sequence[str], *, strict: bool
+) -> str:
+    """``N of M passed`` and the failed cases by level, for either mode's table."""
+    passed = sum(1 for c in cases if c.status == "pass")
+    summary = f"{passed} of {len(cases)} passed"
+    if must:
+        summary += f"; MUST failed: {', '.join(must)}"
+    if should:
+        counted = "" if strict else " (not counted without --strict)"
+        summary += f"; SHOULD failed{counted}: {', '.join(should)}"
+    return summary
