@@ -23,8 +23,15 @@ demo: install
 	$(VENV)/bin/dralet demo
 
 # pytest exits 5 when it collected nothing: a broken suite, never a green one.
+# TEST_WORKERS pytest-xdist workers (0: in one process); the tests that share host-wide
+# things (real kubelets, podman) all run on one of them, in turn (tests/conftest.py), the
+# rest spread over all. The base of the tests'
+# temporary folders is short (a new one each run): unix socket paths in them must stay
+# within 107 bytes, and xdist adds a level.
+TEST_WORKERS ?= 2
 test: install
-	@$(PY) -m pytest; rc=$$?; \
+	@base=$$(mktemp -d /tmp/dralet-t.XXXXXX); \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --basetemp="$$base"; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; fi; exit $$rc
 
 lint: install
@@ -53,17 +60,17 @@ protos-check: $(CODEGEN_VENV)/.installed
 
 check: lint typecheck imports protos-check
 
-# Helm, built once from its Go module into a per-version cache dir (a no-op when present).
+# Helm, built once from its Go module into a per-version cache dir (a no-op when present),
+# against the pins of the Kubernetes release its client-go is from (scripts/helm-build), so
+# it shares most of its compiled packages with that release's control plane and kubectl.
 # tests/deploy render the chart with it; exported so `make test` finds this version.
 HELM_VERSION ?= v4.3.2
 HELM_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dralet/helm/$(HELM_VERSION)
 export DRALET_HELM := $(HELM_DIR)/helm
 
 $(HELM_DIR)/helm:
-	@command -v go >/dev/null || { echo "make helm: needs Go (it builds helm.sh/helm/v4/cmd/helm)" >&2; exit 2; }
 	@echo "building helm $(HELM_VERSION) into $(HELM_DIR) (once; a few minutes)"
-	@mkdir -p $(HELM_DIR)
-	GOBIN=$(HELM_DIR) go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+	scripts/helm-build $(HELM_VERSION) $(HELM_DIR)
 
 .PHONY: helm
 helm: $(HELM_DIR)/helm
