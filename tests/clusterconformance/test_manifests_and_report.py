@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from dralet import releases
 from dralet.cli.conformance import command
 from dralet.conformance.cluster import objects, probe, rbac, registration
-from dralet.conformance.cluster.cases import CASE_NAMES, CASES
+from dralet.conformance.cluster.cases import CASE_NAMES, CASES, with_prerequisites
 from dralet.conformance.cluster.report import ClusterCaseResult, ClusterSuiteResult, Step
 from dralet.validation import documents, engine, targets
 from dralet.validation.diagnostics import Severity
@@ -255,6 +255,8 @@ def test_print_rbac_prints_the_three_cluster_roles() -> None:
         (["--cluster"], "--cluster needs --driver-name"),
         (["--cluster", "--driver-name", DRIVER, "--driver-namespace", "d"], "go together"),
         (["--socket", "/tmp/x.sock", "--nodes", "a"], "--nodes go with --cluster"),
+        (["--socket", "/tmp/x.sock", "--case", "claim.released"], "--case go with --cluster"),
+        (["--cluster", "--driver-name", DRIVER, "--case", "claim.gone"], "'claim.gone' is not"),
     ],
 )
 def test_local_and_cluster_flags_do_not_mix(args: list[str], complaint: str) -> None:
@@ -268,3 +270,34 @@ def test_the_docs_list_every_cluster_case_with_its_level_in_order() -> None:
     section = docs[docs.index("## Cluster mode") :]
     rows = re.findall(r"^\| `([a-z.-]+)` \| (MUST|SHOULD) \|", section, flags=re.MULTILINE)
     assert rows == [(c.name, c.level) for c in CASES]
+
+
+@pytest.mark.parametrize(
+    ("chosen", "runs"),
+    [
+        (["slices.valid"], {"slices.published", "slices.valid"}),
+        (
+            ["claim.reuse"],
+            {"slices.published", "claim.allocated", "pod.running", "claim.released", "claim.reuse"},
+        ),
+        (["deadline"], {"deadline"}),
+        (
+            ["exclusive.distinct", "slices.pools-complete"],
+            {
+                "slices.published",
+                "slices.pools-complete",
+                "claim.allocated",
+                "pod.running",
+                "exclusive.distinct",
+            },
+        ),
+    ],
+)
+def test_a_chosen_case_runs_with_the_cases_it_builds_on(chosen: list[str], runs: set[str]) -> None:
+    assert with_prerequisites(chosen) == runs
+
+
+def test_every_prerequisite_is_a_case_listed_before_the_one_that_needs_it() -> None:
+    order = {name: i for i, name in enumerate(CASE_NAMES)}
+    for c in CASES:
+        assert all(order[first] < order[c.name] for first in c.after), c.name

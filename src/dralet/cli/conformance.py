@@ -63,6 +63,7 @@ LOCAL_ONLY = (
     "--restart-cmd",
 )
 CLUSTER_ONLY = (
+    "--case",
     "--nodes",
     "--device-class",
     "--image",
@@ -257,6 +258,7 @@ def _cluster(
     timeout: float,
     driver_namespace: str,
     driver_selector: str,
+    cases: tuple[str, ...],
     kubeconfig: Path | None,
     kube_context: str | None,
     strict: bool,
@@ -288,7 +290,9 @@ def _cluster(
         driver_namespace=driver_namespace,
         driver_selector=driver_selector,
         timeout=timeout,
+        cleanup_timeout=timeout,
         strict=strict,
+        cases=cluster_conformance.with_prerequisites(cases),
         progress=lambda message: click.echo(f"dralet conformance: {message}", err=True),
     )
     try:
@@ -459,6 +463,15 @@ def _kubelet_versions(
     help="With --cluster: label selector of the driver's pods (for the driver.* cases).",
 )
 @click.option(
+    "--case",
+    "cases",
+    multiple=True,
+    type=click.Choice(cluster_conformance.CASE_NAMES),
+    metavar="CASE",
+    help="With --cluster: run only this case (repeat), and the cases it builds on "
+    "[default: every case].",
+)
+@click.option(
     "--print-rbac",
     is_flag=True,
     help="Print the ClusterRoles --cluster needs, as YAML, and exit.",
@@ -495,6 +508,7 @@ def command(
     timeout: float,
     driver_namespace: str,
     driver_selector: str,
+    cases: tuple[str, ...],
     print_rbac: bool,
     output: str,
     junit: Path | None,
@@ -515,6 +529,7 @@ def command(
             timeout=timeout,
             driver_namespace=driver_namespace,
             driver_selector=driver_selector,
+            cases=cases,
             kubeconfig=kubeconfig,
             kube_context=kube_context,
             strict=strict,

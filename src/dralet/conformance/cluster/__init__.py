@@ -6,7 +6,7 @@ cases), ``runner`` (pods, claims, waits and cleanup through ``dralet.kube``), ``
 (JSON and JUnit) and ``rbac`` (the least-privilege ClusterRole). Used by the CLI.
 """
 
-from dralet.conformance.cluster.cases import CASE_NAMES, CASES, ClusterCase
+from dralet.conformance.cluster.cases import CASE_NAMES, CASES, ClusterCase, with_prerequisites
 from dralet.conformance.cluster.rbac import cluster_role, roles
 from dralet.conformance.cluster.report import ClusterCaseResult, ClusterSuiteResult, Step
 from dralet.conformance.cluster.runner import (
@@ -29,4 +29,5 @@ __all__ = [
     "cluster_role",
     "roles",
     "run_cluster_suite",
+    "with_prerequisites",
 ]

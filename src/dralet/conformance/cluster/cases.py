@@ -8,11 +8,12 @@ node; none is driver-wide.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dralet.conformance.cases import Level
 
-__all__ = ["CASES", "CASE_NAMES", "ClusterCase", "case"]
+__all__ = ["CASES", "CASE_NAMES", "ClusterCase", "case", "with_prerequisites"]
 
 
 @dataclass(frozen=True)
@@ -22,11 +23,16 @@ class ClusterCase:
     rule: str
     needs: str = ""
     """What the case needs beyond the common flags ('' = nothing)."""
+    after: tuple[str, ...] = ("slices.published",)
+    """The cases whose outcome this one builds on: run first whenever it is chosen."""
 
 
 CASES: tuple[ClusterCase, ...] = (
     ClusterCase(
-        "slices.published", "MUST", "the driver published ResourceSlices with devices for the node"
+        "slices.published",
+        "MUST",
+        "the driver published ResourceSlices with devices for the node",
+        after=(),
     ),
     ClusterCase(
         "slices.pools-complete",
@@ -52,24 +58,28 @@ CASES: tuple[ClusterCase, ...] = (
         "pod.running",
         "MUST",
         "the pod using the claim runs on the node (the kubelet prepared the claim)",
+        after=("claim.allocated",),
     ),
     ClusterCase(
         "pod.sees-devices",
         "SHOULD",
         "the pod's containers see environment variables or /dev entries a pod without "
         "the claim does not (the CDI edits reached them)",
+        after=("pod.running",),
     ),
     ClusterCase(
         "exclusive.distinct",
         "MUST",
         "two claims at once get different devices, and their pods different device edits",
         "two devices on the node",
+        after=("pod.running",),
     ),
     ClusterCase(
         "claim.released",
         "MUST",
         "the pod deleted: it goes (the kubelet unprepared), the claim is deallocated and "
         "deleted, no finalizer is left",
+        after=("pod.running",),
     ),
     ClusterCase(
         "claim.reuse",
@@ -77,6 +87,7 @@ CASES: tuple[ClusterCase, ...] = (
         "the released device is allocated to a new claim, whose pod runs and sees the "
         "same device edits",
         "a device attribute whose value no other device of the node has",
+        after=("claim.released",),
     ),
     ClusterCase(
         "shared.two-pods",
@@ -108,6 +119,7 @@ CASES: tuple[ClusterCase, ...] = (
         "MUST",
         "every start (claim allocated to pod running) and release (pod deleted to claim "
         "released) ends within the kubelet's 45 s deadline for one driver call",
+        after=(),
     ),
 )
 CASE_NAMES = tuple(c.name for c in CASES)
@@ -116,3 +128,17 @@ _BY_NAME = {c.name: c for c in CASES}
 
 def case(name: str) -> ClusterCase:
     return _BY_NAME[name]
+
+
+def with_prerequisites(names: Iterable[str]) -> frozenset[str]:
+    """The cases to run for ``names``: each and, transitively, the cases it builds on.
+
+    Raises KeyError naming the first unknown case."""
+    chosen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in chosen:
+            chosen.add(name)
+            todo.extend(_BY_NAME[name].after)
+    return frozenset(chosen)

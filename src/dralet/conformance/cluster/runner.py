@@ -69,6 +69,9 @@ class ClusterSettings:
     progress_interval: float = 10.0
     deadline: float = KUBELET_CALL_DEADLINE
     strict: bool = False
+    cases: frozenset[str] = frozenset()
+    """The cases to run, prerequisites included (``cases.with_prerequisites``); empty:
+    every case. A case not chosen is left out of the result."""
     run_id: str = ""
     """'' = a random one."""
     progress: Callable[[str], None] | None = None
@@ -128,6 +131,9 @@ class Run:
         self.names = 0
 
     # -- plumbing --------------------------------------------------------------------
+
+    def chosen(self, case: str) -> bool:
+        return not self.settings.cases or case in self.settings.cases
 
     def say(self, message: str) -> None:
         if self.settings.progress is not None:
@@ -535,6 +541,8 @@ class _Node:
     template_name: str = ""
 
     async def judge(self, name: str, body: Case) -> None:
+        if not self.run.chosen(name):
+            return
         timer = _Timer()
         start = time.monotonic()
         status: Status = "pass"
@@ -636,6 +644,8 @@ class _Node:
 
     async def workloads(self) -> None:
         run = self.run
+        if not any(run.chosen(c.name) for c in CASES if not c.name.startswith("slices.")):
+            return
 
         async def baseline() -> None:
             name = run.name("baseline", self.index)
