@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dralet import failpoints
+from tests.harness import podman
 from tests.k8scluster import releases
 from tests.kubefixtures import k8s_api, k8s_cluster, k8s_clusters, k8s_release
 
@@ -28,6 +29,20 @@ def pytest_configure(config: pytest.Config) -> None:
         f"{EVERY_RELEASE}: a k8s test that runs on each release k8s/releases lists "
         "(the others run on the first)",
     )
+
+
+HOST_WIDE_MARKERS = ("kubelet", "install", "cluster_conformance", "runtime")
+"""Tests that share host-wide things, so they must never run two at a time: real kubelets
+(an install node's bridge and NAT rules, the install suites' shared node 0) and podman
+runs (the CDI mount points the podman harness makes on the host for a run)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) every
+    host-wide test goes to one worker, in collection order; the rest spread over all."""
+    for item in items:
+        if any(item.get_closest_marker(m) for m in HOST_WIDE_MARKERS):
+            item.add_marker(pytest.mark.xdist_group("host"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -59,14 +74,22 @@ HOST_PATHS = ("/etc/cdi", "/var/run/cdi", "/var/lib/kubelet")
 directories of its own, so none may create or remove one of these."""
 
 
+def _on_host(path: str) -> bool:
+    """Whether ``path`` is there, not counting a CDI mount point the podman harness made
+    for a run (it removes it after): a run on another xdist worker may hold one."""
+    return os.path.lexists(path) and not os.path.lexists(
+        os.path.join(path, podman.MOUNT_POINT_MARKER)
+    )
+
+
 @pytest.fixture(autouse=True)
 def _host_untouched() -> Iterator[None]:
-    before = {path: os.path.lexists(path) for path in HOST_PATHS}
+    before = {path: _on_host(path) for path in HOST_PATHS}
     yield
     changed = [
         f"{path} {'created' if not existed else 'removed'}"
         for path, existed in before.items()
-        if os.path.lexists(path) != existed
+        if _on_host(path) != existed
     ]
     assert not changed, f"the test changed the host: {', '.join(changed)}"
 

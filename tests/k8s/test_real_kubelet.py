@@ -25,7 +25,13 @@ from tests.k8s.drivernode import eventually
 from tests.k8sapi import ClusterApi
 from tests.kubefixtures import K8S_TIMEOUT
 
-pytestmark = [pytest.mark.k8s, pytest.mark.every_k8s_release, pytest.mark.e2e, K8S_TIMEOUT]
+pytestmark = [
+    pytest.mark.k8s,
+    pytest.mark.kubelet,
+    pytest.mark.every_k8s_release,
+    pytest.mark.e2e,
+    K8S_TIMEOUT,
+]
 
 DRIVER = "gpu.example.com"
 NS = "default"
