@@ -5,10 +5,12 @@
   suite's result or raises ``ConformanceFailure`` naming every failed case.
 - ``StrictBackend`` (``strict``): a fake backend that fails a test when ``release`` does
   not get back what ``prepare`` returned, alone or around the author's backend.
-- ``MemoryClaims`` and ``allocated_claim`` (``claims``): ResourceClaims in memory, as
-  the scheduler leaves them, behind the ``ClaimSource`` a driver reads.
+- ``MemoryClaims``, ``allocated_claim`` and ``claim_ref`` (``claims``): ResourceClaims in
+  memory, as the scheduler leaves them, behind the ``ClaimSource`` a driver reads (and the
+  list ``dralet audit`` reads), and the ``ClaimRef`` a backend is called with for one.
 - ``MemoryDevices`` (``memory``): a backend whose devices cost nothing, for tests of
-  what sits around a backend.
+  what sits around a backend; a subclass changes what one device's ``prepare`` or
+  ``release`` does (waits, fails, records) and keeps the claim-level calls.
 - ``running_node`` and ``node_settings`` (``node``): the author's backend run as a real
   driver in the test's event loop, called by a kubelet emulator over its sockets.
 
@@ -17,7 +19,7 @@ The kubelet emulator (``dralet.kubelet``), the API stand-in (``dralet.apiserver`
 """
 
 from dralet.testing.check import ConformanceFailure, check_backend, check_backend_async
-from dralet.testing.claims import MemoryClaims, allocated_claim
+from dralet.testing.claims import MemoryClaims, allocated_claim, claim_ref
 from dralet.testing.memory import MemoryDevices
 from dralet.testing.node import RunningNode, kubelet_claim, node_settings, running_node
 from dralet.testing.strict import StrictBackend
@@ -31,6 +33,7 @@ __all__ = [
     "allocated_claim",
     "check_backend",
     "check_backend_async",
+    "claim_ref",
     "kubelet_claim",
     "node_settings",
     "running_node",
