@@ -20,7 +20,14 @@ from dralet.node.backend import AllocatedDevice, ClaimRef, PreparedDevice
 from dralet.node.claims import ClaimEngine, PrepareOutcome
 from dralet.node.claims.source import finalizer_name
 from dralet.node.settings import DriverSettings
-from dralet.testing import MemoryClaims, MemoryDevices, StrictBackend, claim_ref, node_settings
+from dralet.testing import (
+    MemoryClaims,
+    MemoryDevices,
+    StrictBackend,
+    audit_findings,
+    claim_ref,
+    node_settings,
+)
 from dralet.testing.claims import DRIVER, NODE, allocated_claim
 
 FINALIZER = finalizer_name(DRIVER)
@@ -117,10 +124,7 @@ class EngineNode:
         assert FINALIZER in self.finalizers(ref)
 
     async def findings(self) -> list[audit.Finding]:
-        snapshot = await audit.take_snapshot(
-            self.settings, backend=self.backend, claims=self.claims
-        )
-        return audit.find_inconsistencies(snapshot)
+        return await audit_findings(self.settings, self.backend, claims=self.claims)
 
 
 class GatedBackend(MemoryDevices):

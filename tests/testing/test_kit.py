@@ -72,3 +72,23 @@ async def test_memory_claims_list_what_the_api_would_and_name_a_claim_as_the_eng
 
     ref = testing.claim_ref(claim)
     assert (ref.uid, ref.namespace, ref.name) == ("uid-1", "ns", "c1")
+
+
+async def test_the_audit_finds_nothing_after_a_round_trip_and_names_what_a_test_broke(
+    short_tmp: Path,
+) -> None:
+    claims = MemoryClaims()
+    kept = claims.add(allocated_claim("kept", devices=[("gpu", "gpu-0")]))
+    released = claims.add(allocated_claim("released", devices=[("gpu", "gpu-1")]))
+    backend = testing.MemoryDevices(2)
+    settings = node_settings(short_tmp / "n")
+
+    async with testing.running_node(settings, backend, claims=claims) as node:
+        assert (await node.prepare(kept, released)).kubelet_error == ""
+        assert (await node.unprepare(released)).kubelet_error == ""
+        await node.settled()
+        assert await testing.audit_findings(settings, backend, claims=claims) == []
+
+        del backend.held["gpu-0"]  # the backend forgets a device a prepared claim holds
+        findings = await testing.audit_findings(settings, backend, claims=claims)
+        assert [(f.kind, f.subject) for f in findings] == [("device-not-held", "gpu-0")]

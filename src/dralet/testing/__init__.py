@@ -13,11 +13,14 @@
   ``release`` does (waits, fails, records) and keeps the claim-level calls.
 - ``running_node`` and ``node_settings`` (``node``): the author's backend run as a real
   driver in the test's event loop, called by a kubelet emulator over its sockets.
+- ``audit_findings`` (``audit``): what ``dralet audit`` finds on a test's node (records,
+  CDI files, backend and claims that disagree); a test ends with it empty.
 
 The kubelet emulator (``dralet.kubelet``), the API stand-in (``dralet.apiserver``) and
 ``dralet conformance`` (``dralet.conformance``) are there for tests that need more.
 """
 
+from dralet.testing.audit import audit_findings
 from dralet.testing.check import ConformanceFailure, check_backend, check_backend_async
 from dralet.testing.claims import MemoryClaims, allocated_claim, claim_ref
 from dralet.testing.memory import MemoryDevices
@@ -31,6 +34,7 @@ __all__ = [
     "RunningNode",
     "StrictBackend",
     "allocated_claim",
+    "audit_findings",
     "check_backend",
     "check_backend_async",
     "claim_ref",
