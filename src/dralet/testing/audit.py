@@ -5,7 +5,8 @@
 The audit reads the node's claim records, its CDI directory, the backend's view of its
 devices and the claims, without changing any of them, and names every place where they
 disagree (a spec left behind, a device still held for a released claim, a finalizer a
-claim keeps): what the framework promises never to leave after any sequence of calls.
+claim keeps): what a node is not left with once every call is answered and the work it
+owes is done.
 """
 
 from __future__ import annotations
