@@ -20,12 +20,13 @@ from dralet.kube import access
 from dralet.kubelet import KubeletClaim
 from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import ClaimEngine
+from dralet.node.claims.source import finalizer_name
 from dralet.node.settings import DriverSettings
+from dralet.testing import node_settings
+from dralet.testing.claims import DRIVER, NODE
 from tests import claimstore
 
-DRIVER = "gpu.example.com"
-NODE = "node-a"
-FINALIZER = f"{DRIVER}/prepared"
+FINALIZER = finalizer_name(DRIVER)
 
 
 @dataclass
@@ -88,24 +89,12 @@ class AuditedNode:
         return [f.kind for f in (await self.audit(**options)).findings]
 
 
-def node_settings(root: Path) -> DriverSettings:
-    if not (root / "boot_id").exists():
-        (root / "boot_id").write_text("boot-1\n")
-    return DriverSettings(
-        driver_name=DRIVER,
-        node_name=NODE,
-        plugin_dir=root / "plugins" / DRIVER,
-        cdi_dir=root / "cdi",
-        boot_id_path=root / "boot_id",
-    )
-
-
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[AuditedNode]:
     settings = node_settings(tmp_path)
     backend = SimulatedGPUs(state_dir=tmp_path / "backend", node_name=NODE)
     async with ApiServer() as api:
-        cluster = ControlPlane(api)
+        cluster = ControlPlane(api, driver_name=DRIVER, node_name=NODE)
         cluster.add_node()
         client = await kube.connect(url=api.url)
         try:

@@ -32,9 +32,9 @@ def kclaim(node: EngineNode, name: str) -> KubeletClaim:
 async def gated(short_root: Path) -> AsyncIterator[tuple[EngineNode, GatedBackend, NodeServer]]:  # noqa: F811
     node = EngineNode.create(short_root)
     gate = asyncio.Event()
-    backend = GatedBackend(node.backend, gates={"gpu-0": gate})
+    backend = GatedBackend(4, gates={"gpu-0": gate})
     driver = NodeServer(node.settings, backend, claims=node.claims)
-    node.engine = driver.engine
+    node.backend, node.engine = backend, driver.engine
     await driver.start()
     try:
         yield node, backend, driver

@@ -1,12 +1,13 @@
 """An in-process node for claim engine tests: real files, a simulated GPU backend, claims in
-memory, and ``restart()`` to play a new driver process over the same directories.
+memory (``dralet.testing``), and ``restart()`` to play a new driver process over the same
+directories.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,45 +16,21 @@ from dralet import failpoints
 from dralet.checkpoint.model import Checkpoint, ClaimRecord
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node import audit
-from dralet.node.backend import (
-    AllocatedDevice,
-    ClaimAllocation,
-    ClaimRef,
-    ClaimUID,
-    PartialPrepareError,
-    PreparedDevice,
-)
+from dralet.node.backend import AllocatedDevice, ClaimRef, PreparedDevice
 from dralet.node.claims import ClaimEngine, PrepareOutcome
+from dralet.node.claims.source import finalizer_name
 from dralet.node.settings import DriverSettings
-from dralet.testing.claims import DRIVER, NODE, MemoryClaims, allocated_claim
-from dralet.testing.strict import StrictBackend
+from dralet.testing import (
+    MemoryClaims,
+    MemoryDevices,
+    StrictBackend,
+    audit_findings,
+    claim_ref,
+    node_settings,
+)
+from dralet.testing.claims import DRIVER, NODE, allocated_claim
 
-FINALIZER = f"{DRIVER}/prepared"
-
-
-def node_settings(root: Path, **overrides: Any) -> DriverSettings:
-    values: dict[str, Any] = {
-        "driver_name": DRIVER,
-        "node_name": NODE,
-        "plugin_dir": root / "plugins" / DRIVER,
-        "registry_dir": root / "plugins_registry",
-        "cdi_dir": root / "cdi",
-        "boot_id_path": root / "boot_id",
-    }
-    values.update(overrides)
-    if not (root / "boot_id").exists():
-        (root / "boot_id").write_text("boot-1\n")
-    return DriverSettings(**values)
-
-
-class ClaimLister:
-    """``audit.ClaimLister`` over ``MemoryClaims``."""
-
-    def __init__(self, claims: MemoryClaims) -> None:
-        self.claims = claims
-
-    async def list_claims(self) -> Sequence[Mapping[str, Any]]:
-        return list(self.claims.objects.values())
+FINALIZER = finalizer_name(DRIVER)
 
 
 @dataclass
@@ -61,7 +38,7 @@ class EngineNode:
     root: Path
     settings: DriverSettings
     claims: MemoryClaims
-    backend: SimulatedGPUs
+    backend: SimulatedGPUs | GatedBackend
     engine: ClaimEngine
     refs: dict[str, ClaimRef] = field(default_factory=dict)
     strict: StrictBackend | None = None
@@ -81,6 +58,7 @@ class EngineNode:
 
     def restart(self, *, survives_reboot: bool = True, boot_id: str | None = None) -> ClaimEngine:
         """A new driver process on the same node: nothing is kept in memory."""
+        assert isinstance(self.backend, SimulatedGPUs), "a gated node does not restart"
         if boot_id is not None:
             (self.root / "boot_id").write_text(boot_id + "\n")
         self.engine.store.shutdown()  # a process that went away holds no files open
@@ -103,9 +81,7 @@ class EngineNode:
                 name, namespace=namespace, devices=[(f"r{i}", d) for i, d in enumerate(devices)]
             )
         )
-        meta = claim["metadata"]
-        ref = ClaimRef(ClaimUID(meta["uid"]), meta["namespace"], meta["name"])
-        self.refs[name] = ref
+        ref = self.refs[name] = claim_ref(claim)
         return ref
 
     async def prepare(self, *refs: ClaimRef) -> dict[str, PrepareOutcome]:
@@ -148,41 +124,21 @@ class EngineNode:
         assert FINALIZER in self.finalizers(ref)
 
     async def findings(self) -> list[audit.Finding]:
-        snapshot = await audit.take_snapshot(
-            self.settings, backend=self.backend, claims=ClaimLister(self.claims)
-        )
-        return audit.find_inconsistencies(snapshot)
+        return await audit_findings(self.settings, self.backend, claims=self.claims)
 
 
-class GatedBackend:
-    """Wraps a backend; ``prepare`` of chosen devices waits for an event to be set."""
+class GatedBackend(MemoryDevices):
+    """``count`` memory devices whose ``prepare`` of chosen devices waits for an event to
+    be set; ``events`` tells the order the calls came in and finished."""
 
-    def __init__(self, inner: SimulatedGPUs, *, gates: Mapping[str, asyncio.Event]) -> None:
-        self.inner = inner
+    def __init__(self, count: int, *, gates: Mapping[str, asyncio.Event]) -> None:
+        super().__init__(count)
         self.gates = dict(gates)
         self.entered: dict[str, asyncio.Event] = {d: asyncio.Event() for d in gates}
         self.events: list[str] = []
 
-    async def devices(self) -> Any:
-        return await self.inner.devices()
-
-    async def prepare_claim(self, allocation: ClaimAllocation) -> list[PreparedDevice]:
-        """``prepare`` of each device; a failure after the first is partial."""
-        prepared: list[PreparedDevice | None] = [None] * len(allocation.devices)
-        for index, device in enumerate(allocation.devices):
-            try:
-                prepared[index] = await self.prepare(allocation.claim, device)
-            except Exception as exc:
-                if index == 0:
-                    raise
-                raise PartialPrepareError(exc, prepared) from exc
-        return [p for p in prepared if p is not None]
-
-    async def release_claim(
-        self, allocation: ClaimAllocation, states: Sequence[Mapping[str, Any]]
-    ) -> None:
-        for device, state in zip(allocation.devices, states, strict=True):
-            await self.release(allocation.claim, device, state)
+    def in_use(self) -> dict[str, str]:
+        return dict(self.held)
 
     async def prepare(self, claim: ClaimRef, device: AllocatedDevice) -> PreparedDevice:
         self.events.append(f"prepare-start {claim.name} {device.device}")
@@ -190,7 +146,7 @@ class GatedBackend:
         if gate is not None:
             self.entered[device.device].set()
             await gate.wait()
-        result = await self.inner.prepare(claim, device)
+        result = await super().prepare(claim, device)
         self.events.append(f"prepare-done {claim.name} {device.device}")
         return result
 
@@ -198,16 +154,7 @@ class GatedBackend:
         self, claim: ClaimRef, device: AllocatedDevice, state: Mapping[str, Any]
     ) -> None:
         self.events.append(f"release {claim.name or claim.uid} {device.device}")
-        await self.inner.release(claim, device, state)
-
-    async def devices_in_use(self) -> Mapping[str, str]:
-        return await self.inner.devices_in_use()
-
-    async def survives_reboot(self, device: AllocatedDevice, state: Mapping[str, Any]) -> bool:
-        return await self.inner.survives_reboot(device, state)
-
-    async def health(self) -> Any:
-        return await self.inner.health()
+        await super().release(claim, device, state)
 
 
 class SimulatedCrash(BaseException):
@@ -237,6 +184,3 @@ def crash_at(name: str, *, nth: int = 1) -> Iterator[None]:
         yield
     finally:
         failpoints.hit = real_hit
-
-
-"""The old name of ``EngineNode``, kept until every caller says ``EngineNode``."""

@@ -58,3 +58,37 @@ def test_the_strict_backend_is_importable_from_the_kit() -> None:
 @pytest.mark.parametrize("name", testing.__all__)
 def test_every_public_name_of_the_kit_is_documented(name: str) -> None:
     assert inspect.getdoc(getattr(testing, name)), f"dralet.testing.{name} has no docstring"
+
+
+async def test_memory_claims_list_what_the_api_would_and_name_a_claim_as_the_engine_does() -> None:
+    claims = MemoryClaims()
+    claim = claims.add(allocated_claim("c1", namespace="ns", uid="uid-1"))
+    claims.add(allocated_claim("c2"))
+
+    listed = await claims.list_claims()
+    assert sorted(c["metadata"]["name"] for c in listed) == ["c1", "c2"]
+    listed[0]["metadata"]["finalizers"].append("x/y")  # a copy, as the API hands out
+    assert claims.finalizers("ns", "c1") == claims.finalizers("default", "c2") == []
+
+    ref = testing.claim_ref(claim)
+    assert (ref.uid, ref.namespace, ref.name) == ("uid-1", "ns", "c1")
+
+
+async def test_the_audit_finds_nothing_after_a_round_trip_and_names_what_a_test_broke(
+    short_tmp: Path,
+) -> None:
+    claims = MemoryClaims()
+    kept = claims.add(allocated_claim("kept", devices=[("gpu", "gpu-0")]))
+    released = claims.add(allocated_claim("released", devices=[("gpu", "gpu-1")]))
+    backend = testing.MemoryDevices(2)
+    settings = node_settings(short_tmp / "n")
+
+    async with testing.running_node(settings, backend, claims=claims) as node:
+        assert (await node.prepare(kept, released)).kubelet_error == ""
+        assert (await node.unprepare(released)).kubelet_error == ""
+        await node.settled()
+        assert await testing.audit_findings(settings, backend, claims=claims) == []
+
+        del backend.held["gpu-0"]  # the backend forgets a device a prepared claim holds
+        findings = await testing.audit_findings(settings, backend, claims=claims)
+        assert [(f.kind, f.subject) for f in findings] == [("device-not-held", "gpu-0")]

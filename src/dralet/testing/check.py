@@ -46,6 +46,7 @@ from dralet.node.backend import ClaimBackend
 from dralet.node.config import ApiSettings, Settings
 from dralet.node.driver import Driver
 from dralet.node.factory import BACKEND_METHODS, BackendFactory, DriverConfig
+from dralet.testing.claims import NODE
 from dralet.testing.node import node_settings
 
 if TYPE_CHECKING:
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ConformanceFailure", "check_backend", "check_backend_async"]
 
-NODE = "node-a"
 KUBELET_VERSIONS = ("1.34", "1.37")
 """The kubelets played unless asked otherwise: the first with the DRA v1 service, and the
 one with its health service."""

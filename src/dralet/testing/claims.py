@@ -19,7 +19,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["DRIVER", "NODE", "MemoryClaims", "allocated_claim"]
+from dralet.node.backend import ClaimRef, ClaimUID
+
+__all__ = ["DRIVER", "NODE", "MemoryClaims", "allocated_claim", "claim_ref"]
 
 DRIVER = "gpu.example.com"
 """The driver ``allocated_claim`` allocates from unless told otherwise."""
@@ -82,6 +84,13 @@ def allocated_claim(
     }
 
 
+def claim_ref(claim: Mapping[str, Any]) -> ClaimRef:
+    """How the claim engine and a backend name ``claim`` (a ResourceClaim dict): the
+    ``ClaimRef`` a test hands to ``ClaimEngine.prepare`` or puts in a ``ClaimAllocation``."""
+    meta = claim["metadata"]
+    return ClaimRef(ClaimUID(str(meta["uid"])), str(meta["namespace"]), str(meta["name"]))
+
+
 class MemoryClaims:
     """ResourceClaims in a dict, with finalizer semantics like the API server's: a claim
     deleted while it has finalizers gets a deletionTimestamp and goes when the last one
@@ -125,6 +134,12 @@ class MemoryClaims:
         """The claim's finalizers ([] when it is gone)."""
         obj = self.objects.get((namespace, name))
         return list(obj["metadata"].get("finalizers", [])) if obj else []
+
+    async def list_claims(self) -> Sequence[Mapping[str, Any]]:
+        """A copy of every claim, as a list call returns them: what ``dralet audit``
+        reads to find claims the node holds that the API no longer knows."""
+        self.calls.append("list")
+        return [_copied(obj) for obj in self.objects.values()]
 
     async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """A copy of the claim, or None."""
