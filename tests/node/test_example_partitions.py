@@ -102,6 +102,27 @@ async def test_a_partition_is_made_at_prepare_and_its_gpu_is_not_handed_out_whol
         assert (await node.prepare(whole)).kubelet_error == ""
 
 
+async def test_a_gpu_held_whole_keeps_its_partitions_and_leaves_other_gpus_free(
+    short_tmp: Path,
+) -> None:
+    settings = node_settings(short_tmp / "node", driver_name=DRIVER)
+    backend = gpus(short_tmp)
+    claims = MemoryClaims()
+    whole = claims.add(allocated_claim("whole", driver=DRIVER, devices=[("gpu", "gpu-0")]))
+    half = claims.add(allocated_claim("half", driver=DRIVER, devices=[("gpu", "gpu-0-part-0")]))
+    other = claims.add(allocated_claim("other", driver=DRIVER, devices=[("gpu", "gpu-1-part-0")]))
+    async with running_node(settings, backend, claims=claims) as node:
+        assert (await node.prepare(whole)).kubelet_error == ""
+        uid = whole["metadata"]["uid"]
+
+        refused = await node.prepare(half)
+        error = refused.claims[half["metadata"]["uid"]].error
+        assert f"gpu-0 is in use by claim {uid} in the hardware" in error
+
+        assert (await node.prepare(other)).kubelet_error == ""
+        assert backend.in_use() == {"gpu-0": uid, "gpu-1-part-0": other["metadata"]["uid"]}
+
+
 async def test_each_share_gets_its_share_id_and_memory(short_tmp: Path) -> None:
     settings = node_settings(short_tmp / "node", driver_name=DRIVER)
     backend = gpus(short_tmp)

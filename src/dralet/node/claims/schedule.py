@@ -119,12 +119,19 @@ class Call:
     """Resolved once every claim has its outcome (set for calls that may be answered
     before their work is over: an unprepare, whose finalizer removals follow it)."""
 
+    distinct: int = field(init=False)
+    """How many claims (UIDs) the call names: each answer compares with it, so a call
+    of 1,000 claims counts its UIDs once, not at each of its 1,000 answers."""
+
+    def __post_init__(self) -> None:
+        self.distinct = len({ref.uid for ref in self.refs})
+
     def answered(self, uid: str, outcome: PrepareOutcome) -> None:
         self.outcomes[uid] = outcome
         if (
             self.all_answered is not None
             and not self.all_answered.done()
-            and len(self.outcomes) >= len({ref.uid for ref in self.refs})
+            and len(self.outcomes) >= self.distinct
         ):
             self.all_answered.set_result(None)
 
