@@ -35,6 +35,7 @@ HEAVY = {
     "dralet.drivers.hostdev": "another driver",
     "requests": "a synchronous HTTP client",
     "websocket": "exec/attach streams",
+    "aiohttp.web": "the server side of aiohttp (only with --metrics-port)",
 }
 IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$", re.MULTILINE)
 SLICE_WITHIN = 60.0

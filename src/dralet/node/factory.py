@@ -22,8 +22,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
 from dralet import errors
 from dralet.node.backend import ClaimBackend
 from dralet.node.config import Settings
@@ -93,6 +91,8 @@ class DriverConfig:
         when it is not YAML or not a mapping."""
         if not self.text.strip():
             return {}
+        import yaml  # only a driver given a config file parses one
+
         try:
             data = yaml.safe_load(self.text)
         except yaml.YAMLError as exc:

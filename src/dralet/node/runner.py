@@ -18,10 +18,9 @@ import socket
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-from aiohttp import web
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
@@ -43,6 +42,9 @@ from dralet.protocol.proto import (
     drahealth_v1alpha1_pb2,
     pluginregistration_v1_pb2,
 )
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 __all__ = ["READINESS_SERVICE", "BackgroundWork", "NodeServer"]
 
@@ -278,6 +280,10 @@ class NodeServer:
         self._health_server = server
 
     async def _start_metrics(self, port: int) -> None:
+        # Here, not at the top: the server side of aiohttp costs a driver without
+        # --metrics-port about 2 MiB of resident memory for nothing.
+        from aiohttp import web
+
         async def metrics(_: web.Request) -> web.Response:
             return web.Response(body=self.metrics.exposition(), content_type="text/plain")
 
