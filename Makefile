@@ -31,7 +31,7 @@ demo: install
 TEST_WORKERS ?= 2
 test: install
 	@base=$$(mktemp -d /tmp/dralet-t.XXXXXX); \
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --basetemp="$$base"; rc=$$?; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --basetemp="$$base"; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; fi; exit $$rc
 
 lint: install

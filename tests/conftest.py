@@ -10,8 +10,10 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from dralet import failpoints
 from tests.harness import podman
@@ -36,13 +38,50 @@ HOST_WIDE_MARKERS = ("kubelet", "install", "cluster_conformance", "runtime")
 (an install node's bridge and NAT rules, the install suites' shared node 0) and podman
 runs (the CDI mount points the podman harness makes on the host for a run)."""
 
+HOST_WIDE_PATHS = (
+    "tests/clusterconformance/",
+    "tests/install/",
+    "tests/runtime/",
+    "tests/e2e/test_podman_end_to_end.py",
+    "tests/hostdev/test_loop_device_podman.py",
+    "tests/k8s/test_real_kubelet.py",
+    "tests/k8s/test_two_drivers_podman.py",
+)
+"""Where the tests with those marks live. The xdist scheduler sees only test ids, so it
+goes by these; collection fails when a marked test is elsewhere."""
+
+
+def _host_wide(nodeid: str) -> bool:
+    return nodeid.startswith(HOST_WIDE_PATHS)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) every
-    host-wide test goes to one worker, in collection order; the rest spread over all."""
-    for item in items:
-        if any(item.get_closest_marker(m) for m in HOST_WIDE_MARKERS):
-            item.add_marker(pytest.mark.xdist_group("host"))
+    stray = [
+        item.nodeid
+        for item in items
+        if any(item.get_closest_marker(m) for m in HOST_WIDE_MARKERS)
+        and not _host_wide(item.nodeid)
+    ]
+    if stray:
+        raise pytest.UsageError(
+            f"{stray[0]}: marked {'/'.join(HOST_WIDE_MARKERS)} but not under "
+            "HOST_WIDE_PATHS (tests/conftest.py), so pytest-xdist could run it beside another"
+        )
+
+
+class _HostWideInTurn(LoadScopeScheduling):
+    """``--dist loadscope``, except that every host-wide test is one scope: one worker
+    runs them all, in collection order, while the others share the remaining modules."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return "host-wide" if _host_wide(nodeid) else super()._split_scope(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    """``make test`` runs two workers (``-n 2 --dist loadscope``)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    return _HostWideInTurn(config, log)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
