@@ -134,13 +134,19 @@ def test_passes_against_the_chart_installed_driver_and_leaves_nothing(
         stderr=subprocess.PIPE,
         text=True,
     )
-    until(
-        lambda: api.list("Pod", namespace=interrupted, label_selector=RUN_LABEL) or None,
-        "a pod of the run",
-        120,
-    )
+    # Interrupted once the run says its pod.running case started: its first claim's pod
+    # exists then. (Watching for the pod through the API instead can miss a run that is
+    # quicker than the polls.)
+    assert process.stderr is not None
+    said = []
+    for line in process.stderr:
+        said.append(line)
+        if ": pod.running" in line:
+            break
+    assert api.list("Pod", namespace=interrupted, label_selector=RUN_LABEL), "".join(said)
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=300)
+    _, rest = process.communicate(timeout=300)
+    err = "".join(said) + rest
     assert process.returncode == 130, err
     assert "interrupted" in err
     assert left_behind(api) == ["ResourceClaimTemplate/bystander"]

@@ -9,6 +9,7 @@ binaries); under ``CI=true`` that is a failure instead: CI runs these tests.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -215,12 +216,22 @@ def shared_node(request: pytest.FixtureRequest) -> SharedNode:
     return session.stash[_SHARED]
 
 
+def _uninstall_what_is_left(operator: Operator) -> None:
+    """Uninstall every release a test left installed, as a failed one does: the examples
+    first, the driver last. Left there, the next test's ``helm install`` fails on the name,
+    and the driver's DaemonSet would start pods on the other suites' kubelets."""
+    left = json.loads(operator.helm("list", "--all-namespaces", "--output", "json") or "[]")
+    for r in sorted(left, key=lambda r: r["name"] == release.RELEASE):
+        operator.helm("uninstall", r["name"], "-n", r["namespace"], "--wait", "--timeout", "120s")
+
+
 @pytest.fixture
 def node(
     k8s_cluster: Cluster,
     k8s_api: ClusterApi,
     k8s_release: Release,
     image: BuiltImage,
+    operator: Operator,
     request: pytest.FixtureRequest,
 ) -> Iterator[InstallNode]:
     """One real node with the driver image loaded, Ready. Kept for the next test when
@@ -232,6 +243,7 @@ def node(
     made = shared.get(k8s_cluster, k8s_api, image)
     until(lambda: _ready(k8s_api, made), f"{made.name} Ready", NODE_READY_S)
     yield made
+    _uninstall_what_is_left(operator)
     if not _left_clean(made, k8s_api):
         shared.close()
 
@@ -246,6 +258,7 @@ def two_nodes(
     k8s_api: ClusterApi,
     k8s_release: Release,
     image: BuiltImage,
+    operator: Operator,
     request: pytest.FixtureRequest,
 ) -> Iterator[list[InstallNode]]:
     """Two real nodes on this machine, each seeing its own root at one shared path (and
@@ -270,3 +283,4 @@ def two_nodes(
             for index in (1, 2)
         ]
         yield nodes
+        _uninstall_what_is_left(operator)
