@@ -24,8 +24,8 @@ demo: install
 
 # pytest exits 5 when it collected nothing: a broken suite, never a green one.
 # TEST_WORKERS pytest-xdist workers (0: in one process); the tests that share host-wide
-# things (real kubelets, podman) all run on one of them, in turn (tests/conftest.py), the
-# rest spread over all. The base of the tests'
+# things (real kubelets, podman) or run against a real control plane all run on one of
+# them, in turn (tests/conftest.py), the rest spread over all. The base of the tests'
 # temporary folders is short (a new one each run): unix socket paths in them must stay
 # within 107 bytes, and xdist adds a level.
 TEST_WORKERS ?= 2
