@@ -28,10 +28,11 @@ clients doing one-claim cycles, and the driver's RSS idle and with the batch pre
     .venv/bin/python benchmarks/bench_apiserver.py [--cycles 200] [--batch 1000]
         [--profile OUT]
 
-``--profile OUT`` samples dralet's process with py-spy during the one-claim cycles and
-the batch's prepare call (the threads holding the GIL: where its Python CPU goes, not
-where it waits), writes the collapsed stacks to OUT and OUT.batch and prints the shares
-by module; ``py-spy`` must be on PATH or beside the interpreter.
+``--profile OUT`` samples dralet's process with py-spy during the one-claim cycles, the
+batch's prepare call and its unprepare call until answered (the threads holding the GIL:
+where its Python CPU goes, not where it waits), writes the collapsed stacks to OUT,
+OUT.batch and OUT.unprepare and prints the shares by module; ``py-spy`` must be on PATH
+or beside the interpreter.
 
 It prints a table; it is not a timed test. Without the control plane's binaries it says
 so and exits 0.
@@ -384,9 +385,16 @@ async def measure_target(
             await stop_profiler(profiler)
         assert prepared.kubelet_error == "", prepared.kubelet_error[:300]
         out.rss_batch = rss_mib(pid)
+        profiler = (
+            start_profiler(pid, args.profile + UNPREPARE_PROFILE)
+            if args.profile and target.prefix == "d"
+            else None
+        )
         start = time.perf_counter()
         unprepared = await plugin.unprepare(batch)
         answered = time.perf_counter() - start
+        if profiler is not None:
+            await stop_profiler(profiler)
         assert unprepared.kubelet_error == "", unprepared.kubelet_error[:300]
         out.batch_unprepare = len(batch) / answered
         await wait_drained(api, target.prefix)
@@ -420,6 +428,8 @@ async def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
 
 BATCH_PROFILE = ".batch"
 """Suffix of the profile of the batch's prepare call, beside the cycles' one."""
+UNPREPARE_PROFILE = ".unprepare"
+"""Suffix of the profile of the batch's unprepare call, until it is answered."""
 FRAME_FILE = re.compile(r"\(([^():]+):\d+\)")
 OUTER = ("dralet/cli/", "dralet/node/driver.py")
 """Frames every sample passes through: a sample is charged to the innermost other one."""
@@ -710,6 +720,7 @@ def main() -> None:
     for path, what in (
         (args.profile, "the one-claim cycles"),
         (args.profile + BATCH_PROFILE, "the batch's prepare"),
+        (args.profile + UNPREPARE_PROFILE, "the batch's unprepare, until answered"),
     ):
         if args.profile and Path(path).is_file():
             print(f"\ndralet's CPU in {what} by module (py-spy, {path}):")

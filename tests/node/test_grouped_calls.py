@@ -148,6 +148,30 @@ async def test_one_unprepare_call_makes_one_commit_per_step_and_one_group_of_rem
         node.assert_gone(ref)
 
 
+async def test_an_unprepare_calls_owed_finalizer_removals_begin_once_it_is_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two slots, so the call runs in three groups: the first groups' removals wait for
+    # the last group's answer instead of taking the CPU its teardown needs.
+    node, refs = _node(tmp_path, max_parallel_claims=2)
+    assert {o.error for o in (await node.prepare(*refs)).values()} == {""}
+    answered: list[bool] = []
+    call_over = False
+    real = node.claims.remove_finalizer
+
+    async def remove(*args: Any) -> Any:
+        answered.append(call_over)
+        return await real(*args)
+
+    monkeypatch.setattr(node.claims, "remove_finalizer", remove)
+    assert await node.engine.unprepare(refs) == {ref.uid: "" for ref in refs}
+    call_over = True
+    await node.engine.settled()
+    assert answered == [True] * CLAIMS
+    for ref in refs:
+        node.assert_gone(ref)
+
+
 @pytest.mark.parametrize("step", ["release", "finalizer"])
 async def test_a_claim_failing_at_an_unprepare_step_fails_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str

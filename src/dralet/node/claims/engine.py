@@ -140,7 +140,7 @@ class ClaimEngine(Parts):
                 records,
                 reason="unprepare",
                 done=lambda index: early(index, None),
-                owe=self.owed.owe,
+                owe=functools.partial(self.owed.owe, after=call.all_answered),
             )
             for (ref, _), result in zip(together, results, strict=True):
                 if result is None:

@@ -213,6 +213,8 @@ class Scheduler:
                 await asyncio.wait(waited, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         finally:
             queue.clear()  # whatever was not started stays unstarted
+            if call.all_answered is not None and not call.all_answered.done():
+                call.all_answered.cancel()  # the call ends unanswered: what waits on it goes on
         raise_failure(workers)  # the process dying at a failpoint (not an Exception)
         if call.irreversible is not None:
             raise call.irreversible

@@ -444,9 +444,20 @@ class OwedRemovals:
         """The UIDs owed, in the order they were answered (a dict as an ordered set)."""
         self._task: asyncio.Task[None] | None = None
 
-    def owe(self, records: Sequence[ClaimRecord]) -> None:
-        """Owe the removals of these claims' finalizers (call with their locks held)."""
+    def owe(
+        self, records: Sequence[ClaimRecord], *, after: asyncio.Future[None] | None = None
+    ) -> None:
+        """Owe the removals of these claims' finalizers (call with their locks held),
+        begun once ``after`` is done: the kubelet's call that owes them is answered, so
+        that the removals of a call's first claims do not take the CPU its later claims'
+        answers need."""
         self._owed.update(dict.fromkeys(r.uid for r in records))
+        if after is not None and not after.done():
+            after.add_done_callback(lambda _: self._start())
+        else:
+            self._start()
+
+    def _start(self) -> None:
         if self._owed and (self._task is None or self._task.done()):
             self._task = self._work.spawn("finalizer-removals", self._drain())
 
