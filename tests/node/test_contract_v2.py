@@ -243,7 +243,7 @@ async def test_a_sync_call_past_its_timeout_is_temporary_and_blocks_the_claim_un
 async def test_an_async_call_past_its_timeout_is_cancelled_rolled_back_and_retried(
     tmp_path: Path,
 ) -> None:
-    node = EngineNode.create(tmp_path, backend_call_timeout=0.05)
+    node = EngineNode.create(tmp_path, backend_call_timeout=0.5)  # the asking again fits, loaded
     recording = Recording(node)
     node.engine.backend = recording
     gpus = node.backend

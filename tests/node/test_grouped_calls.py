@@ -265,6 +265,63 @@ async def test_a_claim_failing_at_any_step_fails_alone(
             assert outcomes[ref.uid].devices[0].device == f"gpu-{i}"
 
 
+async def test_the_finalizers_are_added_while_the_backend_prepares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each claim's finalizer patch answers only once the backend prepares its device:
+    # done one after the other, the call would wait the patches out and fail them.
+    node, refs = _node(tmp_path)
+    preparing: dict[str, asyncio.Event] = {ref.name: asyncio.Event() for ref in refs}
+    real_prepare, real_add = node.backend.prepare, node.claims.add_finalizer
+
+    async def prepare(claim: ClaimRef, *args: Any) -> Any:
+        preparing[claim.name].set()
+        return await real_prepare(claim, *args)
+
+    async def add_finalizer(namespace: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.wait_for(preparing[name].wait(), timeout=2)
+        return await real_add(namespace, name, *args, **kwargs)
+
+    monkeypatch.setattr(node.backend, "prepare", prepare)
+    monkeypatch.setattr(node.claims, "add_finalizer", add_finalizer)
+    outcomes = await node.prepare(*refs)
+    assert {o.error for o in outcomes.values()} == {""}
+    _all_prepared(node, refs)
+    for ref in refs:
+        assert node.finalizers(ref) != []
+
+
+async def test_a_claim_whose_finalizer_is_refused_during_a_late_prepare_is_torn_down_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # c2's finalizer is refused while its backend prepare hangs past its group's: the
+    # teardown waits for that prepare to return and releases what it prepared.
+    monkeypatch.setattr(group, "LATE_AFTER", 0.05)
+    node, refs = _node(tmp_path)
+    victim = refs[2]
+    _fail_when(monkeypatch, node.claims, "add_finalizer", victim, ConnectionError("refused"))
+    returned: list[bool] = []
+    real_prepare = node.backend.prepare
+
+    async def slow(claim: ClaimRef, *args: Any) -> Any:
+        if claim.uid == victim.uid:
+            await asyncio.sleep(0.3)
+            result = await real_prepare(claim, *args)
+            returned.append(True)
+            return result
+        return await real_prepare(claim, *args)
+
+    monkeypatch.setattr(node.backend, "prepare", slow)
+    outcomes = await node.prepare(*refs)
+    assert "refused" in outcomes[victim.uid].error
+    assert returned == [True]
+    node.assert_gone(victim)
+    assert node.held_by(victim) == []
+    for i, ref in enumerate(refs):
+        if ref != victim:
+            node.assert_prepared(ref, f"gpu-{i}")
+
+
 async def test_a_claim_refused_at_its_intent_fails_alone(tmp_path: Path) -> None:
     node, refs = _node(tmp_path)
     holder = refs[0]

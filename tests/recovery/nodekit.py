@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,8 @@ class EngineNode:
     strict: StrictBackend | None = None
     """Set: the engine talks to a strict backend around the GPUs, which checks that
     ``release`` gets back what ``prepare`` returned."""
+    _threads: ThreadPoolExecutor | None = None
+    """The event loop's default executor, this node's own (``restart`` waits for it)."""
 
     @classmethod
     def create(
@@ -54,7 +57,9 @@ class EngineNode:
         backend = SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=gpus)
         checked = StrictBackend(state_dir=root / "strict", inner=backend) if strict else None
         engine = ClaimEngine(s, backend=checked or backend, claims=claims)
-        return cls(root, s, claims, backend, engine, strict=checked)
+        node = cls(root, s, claims, backend, engine, strict=checked)
+        node._threads = _own_threads()
+        return node
 
     def restart(self, *, survives_reboot: bool = True, boot_id: str | None = None) -> ClaimEngine:
         """A new driver process on the same node: nothing is kept in memory."""
@@ -62,6 +67,12 @@ class EngineNode:
         if boot_id is not None:
             (self.root / "boot_id").write_text(boot_id + "\n")
         self.engine.store.shutdown()  # a process that went away holds no files open
+        # An in-process "kill" cannot stop a thread: what the old process's threads were
+        # doing (a backend prepare beside a finalizer patch) ends before the new process
+        # starts, as if it had happened just before the kill.
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
+            self._threads = _own_threads()
         self.backend = SimulatedGPUs(
             state_dir=self.root / "gpus",
             node_name=NODE,
@@ -155,6 +166,17 @@ class GatedBackend(MemoryDevices):
     ) -> None:
         self.events.append(f"release {claim.name or claim.uid} {device.device}")
         await super().release(claim, device, state)
+
+
+def _own_threads() -> ThreadPoolExecutor | None:
+    """A default executor for the running event loop, to wait for at a restart."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    threads = ThreadPoolExecutor(thread_name_prefix="enginenode")
+    loop.set_default_executor(threads)
+    return threads
 
 
 class SimulatedCrash(BaseException):

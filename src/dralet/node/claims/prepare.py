@@ -1,4 +1,4 @@
-"""The prepare route: none → PrepareStarted → FinalizerAdded → DevicePrepared… →
+"""The prepare route: none → PrepareStarted → (finalizer added ∥ DevicePrepared…) →
 SpecWritten → Completed, for claims without a record (each one's lock held by the
 caller).
 
@@ -67,6 +67,10 @@ class _Fresh:
     stamp: cdi_store.SpecStamp | None = None
 
 
+_Late = tuple[_Fresh, asyncio.Future[tuple[PreparedDevice, ...] | Exception]]
+"""A claim whose backend prepare outlasted its group's, with the future of its result."""
+
+
 def _recorded(fresh: _Fresh, stored: ClaimRecord) -> None:
     fresh.record = stored
 
@@ -89,7 +93,7 @@ class Prepare(Route):
         *,
         prepared: Callable[[int, ClaimRecord], None] | None = None,
     ) -> list[ClaimRecord | BaseException]:
-        """none → PrepareStarted → FinalizerAdded → DevicePrepared… → SpecWritten → Completed,
+        """none → PrepareStarted → (finalizer ∥ DevicePrepared…) → SpecWritten → Completed,
         for claims without a record (each one's lock held), moving through each step
         together: their reads, finalizers and backend prepares run concurrently (each kind
         bounded by its limit), each durable step is one commit (or one group of spec
@@ -110,10 +114,10 @@ class Prepare(Route):
                 out[index] = exc
         failed: list[tuple[_Fresh, Exception]] = []
         live = await self._record_intents(begun, out)
-        live = await self._add_finalizers(live, failed)
-        live, late = await self._prepare_devices(live, failed)
+        live, late, refused = await self._finalizers_beside_devices(live, failed)
         finishing = [self._finish(live, failed, out, prepared)]
         finishing += [self._finish_late(f, result, failed, out, prepared) for f, result in late]
+        finishing += [_held_until_returned(f, result, failed) for f, result in refused]
         await all_of(finishing)
         # Every teardown at once: a group holds at most ``max_parallel_claims`` claims.
         undone = await each(failed, self._rolled_back, limit=max(1, len(failed)))
@@ -151,6 +155,40 @@ class Prepare(Route):
                 if error is not None:
                     log.warning("could not take back a prepare intent", extra={"claim_uid": uid})
         return live
+
+    async def _finalizers_beside_devices(
+        self, live: Sequence[_Fresh], failed: list[tuple[_Fresh, Exception]]
+    ) -> tuple[list[_Fresh], list[_Late], list[_Late]]:
+        """The finalizers added while the backend prepares the devices. Safe in either
+        order or at once: the intent already records both as possibly done (the
+        finalizer marked as added, and a prepare cut short asks the backend for its
+        states), so a failure of either, or a crash anywhere, ends in the same teardown
+        of both; and nothing is answered, nor any spec written, before both are done.
+        The claims through both; those whose backend prepare is late; and those late
+        whose finalizer was refused (torn down once their prepare returned)."""
+        refused: list[tuple[_Fresh, Exception]] = []
+        added: list[_Fresh] = []
+        prepared: tuple[list[_Fresh], list[_Late]] = ([], [])
+
+        async def finalizers() -> None:
+            added[:] = await self._add_finalizers(live, refused)
+
+        async def devices() -> None:
+            nonlocal prepared
+            prepared = await self._prepare_devices(live, failed)
+
+        await all_of([finalizers(), devices()])
+        on_time, late = prepared
+        if not refused:
+            return on_time, late, []
+        failing = {id(f) for f, _ in failed}
+        failed.extend(item for item in refused if id(item[0]) not in failing)
+        kept = {id(f) for f in added}
+        return (
+            [f for f in on_time if id(f) in kept],
+            [(f, result) for f, result in late if id(f) in kept],
+            [(f, result) for f, result in late if id(f) not in kept],
+        )
 
     async def _add_finalizers(
         self, live: Sequence[_Fresh], failed: list[tuple[_Fresh, Exception]]
@@ -209,9 +247,7 @@ class Prepare(Route):
 
     async def _prepare_devices(
         self, live: Sequence[_Fresh], failed: list[tuple[_Fresh, Exception]]
-    ) -> tuple[
-        list[_Fresh], list[tuple[_Fresh, asyncio.Future[tuple[PreparedDevice, ...] | Exception]]]
-    ]:
+    ) -> tuple[list[_Fresh], list[_Late]]:
         """The backend prepares; the claims through them, and those still preparing
         ``LATE_AFTER`` seconds after the others were done (each with its future)."""
 
@@ -343,6 +379,23 @@ class Prepare(Route):
         except Exception as undo:  # noqa: BLE001 - reported in the claim's answer
             return _failed(fresh.ref.uid, exc, undo)
         return _failed(fresh.ref.uid, exc, None)
+
+
+async def _held_until_returned(
+    fresh: _Fresh,
+    result: asyncio.Future[tuple[PreparedDevice, ...] | Exception],
+    failed: list[tuple[_Fresh, Exception]],
+) -> None:
+    """A late backend prepare of a claim torn down anyway: its states once it returned,
+    for the teardown to release the devices with (after a timeout, what it did is
+    unknown: the teardown asks the backend, as for any prepare that timed out)."""
+    outcome = await result
+    if isinstance(outcome, BackendTimeoutError):
+        failed[:] = [(f, outcome if f is fresh else e) for f, e in failed]
+    elif isinstance(outcome, PartialPrepareError):
+        fresh.record = records.with_states(fresh.record, outcome.prepared)
+    elif not isinstance(outcome, Exception):
+        fresh.record = records.with_states(fresh.record, outcome)
 
 
 def _finalizer_added(fresh: _Fresh, added: bool) -> None:

@@ -52,7 +52,6 @@ FP_AFTER_FINALIZER_REMOVED = "claim.unprepare.after-finalizer"
 class Phase(enum.StrEnum):
     NONE = "none"
     PREPARE_STARTED = "PrepareStarted"
-    FINALIZER_ADDED = "FinalizerAdded"
     DEVICE_PREPARED = "DevicePrepared"
     SPEC_WRITTEN = "SpecWritten"
     PREPARE_COMPLETED = "PrepareCompleted"
@@ -72,7 +71,9 @@ class Transition:
     durable: str
     """What is on disk (or in the API) once the transition is done."""
     failpoints: tuple[str, ...] = ()
-    """Hit along the transition, in order (the last once it is durable)."""
+    """Hit along the transition, each once what it follows is durable (in either order
+    for the finalizer and the backend's prepare, which run at the same time: the
+    PrepareStarted record already says both may have happened)."""
 
 
 PREPARE: tuple[Transition, ...] = (
@@ -85,17 +86,12 @@ PREPARE: tuple[Transition, ...] = (
     ),
     Transition(
         Phase.PREPARE_STARTED,
-        Phase.FINALIZER_ADDED,
-        "finalizer on the ResourceClaim",
-        "finalizer on the API object",
-        (FP_AFTER_FINALIZER,),
-    ),
-    Transition(
-        Phase.FINALIZER_ADDED,
         Phase.DEVICE_PREPARED,
-        "backend.prepare_claim (each device's state kept for the completion write)",
-        "the backend holds the devices (a crash from here on asks it for their states)",
-        (FP_AFTER_BACKEND_PREPARE,),
+        "finalizer on the ResourceClaim, while backend.prepare_claim runs (each device's "
+        "state kept for the completion write)",
+        "finalizer on the API object; the backend holds the devices (a crash from here "
+        "on asks it for their states)",
+        (FP_AFTER_FINALIZER, FP_AFTER_BACKEND_PREPARE),
     ),
     Transition(
         Phase.DEVICE_PREPARED,
@@ -158,7 +154,6 @@ _RECORDED: dict[ClaimState, Phase] = {
 _RECORDS: dict[Phase, ClaimState | None] = {
     Phase.NONE: None,
     Phase.PREPARE_STARTED: ClaimState.PREPARE_STARTED,
-    Phase.FINALIZER_ADDED: ClaimState.PREPARE_STARTED,
     Phase.DEVICE_PREPARED: ClaimState.PREPARE_STARTED,
     Phase.SPEC_WRITTEN: ClaimState.PREPARE_STARTED,
     Phase.PREPARE_COMPLETED: ClaimState.PREPARE_COMPLETED,
