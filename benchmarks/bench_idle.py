@@ -16,11 +16,14 @@ first start of each. Drivers:
 
 ``--src NAME=DIR`` (repeatable) runs each driver from another source tree too (its
 ``src`` put first on the driver's ``PYTHONPATH``), alternating the trees within each
-round so that both see the machine alike; ``--importtime DIR`` writes each driver's
+round so that both see the machine alike; ``--as-deployed`` adds the flags the Helm chart
+gives every driver (a gRPC health port, a metrics port, JSON logs; ports chosen by the
+kernel here); ``--importtime DIR`` writes each driver's
 ``-X importtime`` log there (from a run of its own, not one measured).
 
     .venv/bin/python benchmarks/bench_idle.py [--rounds 3] [--settle 3]
         [--drivers example,hostdev,nvidia] [--src base=/path/to/other/tree]
+        [--as-deployed] [--importtime DIR]
 
 It prints a table (medians, with the smallest and largest value); it is not a timed test.
 """
@@ -57,6 +60,9 @@ REGISTERED_WITHIN = 120.0
 PUBLISHED_WITHIN = 60.0
 POLL = 0.1
 FIELDS = ("VmRSS", "RssAnon", "RssFile", "Pss")
+AS_DEPLOYED = ("--health-port", "0", "--metrics-port", "0", "--log-format", "json")
+"""What deploy/chart/dralet/templates/daemonset.yaml adds to every driver's arguments
+(beside the paths and --in-cluster), its fixed ports made free ones."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,7 @@ async def idle_driver(
     *,
     pycache: Path,
     settle: float,
+    flags: Sequence[str] = (),
     importtime: bool = False,
 ) -> tuple[dict[str, float], str]:
     """Start ``driver`` under ``root``; its memory once idle, and its log."""
@@ -128,7 +135,7 @@ async def idle_driver(
             api_url=api.url,
             gpus=DEVICES[driver],
             driver=selection[at + 1],
-            extra=[*selection[:at], *selection[at + 2 :]],
+            extra=[*selection[:at], *selection[at + 2 :], *flags],
         ),
         log_path=root / "driver.log",
         env=env,
@@ -164,12 +171,13 @@ async def run(args: argparse.Namespace, root: Path) -> None:
         print("making device nodes needs CAP_MKNOD: hostdev and nvidia left out")
         drivers = [d for d in drivers if d == "example"]
     samples: dict[tuple[str, str], list[dict[str, float]]] = {}
+    flags = AS_DEPLOYED if args.as_deployed else ()
     async with ApiServer(kubernetes_version=KUBERNETES) as api:
         for driver in drivers:
             for tree in trees:
                 await idle_driver(
                     api, root / f"warm-{driver}-{tree.name}", driver, tree,
-                    pycache=root / f"pycache-{tree.name}", settle=0,
+                    pycache=root / f"pycache-{tree.name}", settle=0, flags=flags,
                 )  # fmt: skip
         if args.importtime is not None:
             args.importtime.mkdir(parents=True, exist_ok=True)
@@ -177,7 +185,8 @@ async def run(args: argparse.Namespace, root: Path) -> None:
                 for tree in trees:
                     _, log = await idle_driver(
                         api, root / f"imports-{driver}-{tree.name}", driver, tree,
-                        pycache=root / f"pycache-{tree.name}", settle=0, importtime=True,
+                        pycache=root / f"pycache-{tree.name}", settle=0, flags=flags,
+                        importtime=True,
                     )  # fmt: skip
                     (args.importtime / f"{driver}-{tree.name}.log").write_text(log)
         for round_ in range(args.rounds):
@@ -188,7 +197,7 @@ async def run(args: argparse.Namespace, root: Path) -> None:
                     where = root / f"{round_}-{driver}-{tree.name}"
                     memory, _ = await idle_driver(
                         api, where, driver, tree,
-                        pycache=root / f"pycache-{tree.name}", settle=args.settle,
+                        pycache=root / f"pycache-{tree.name}", settle=args.settle, flags=flags,
                     )  # fmt: skip
                     shutil.rmtree(where, ignore_errors=True)
                     samples.setdefault((driver, tree.name), []).append(memory)
@@ -196,6 +205,7 @@ async def run(args: argparse.Namespace, root: Path) -> None:
     print(
         f"\nidle memory, MiB: median (min-max) of {args.rounds} rounds, "
         f"{args.settle:g} s after the first ResourceSlice"
+        + (f", with {' '.join(flags)}" if flags else "")
     )
     print(f"{'driver':{width}}  " + "  ".join(f"{field:>18}" for field in FIELDS))
     for driver in drivers:
@@ -220,6 +230,7 @@ def main() -> None:
     parser.add_argument("--drivers", default=",".join(DRIVERS))
     parser.add_argument("--src", type=tree, action="append", default=[])
     parser.add_argument("--importtime", type=Path, default=None)
+    parser.add_argument("--as-deployed", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dralet-idle-") as tmp:
         asyncio.run(run(args, Path(tmp)))
