@@ -1,7 +1,8 @@
 """Idle memory of ``dralet run``, one row per driver.
 
 Each driver runs as a real process (``python -m dralet.cli.main run``, as a container
-starts it) against the API stand-in, with the kubelet emulator registering it; once its
+starts it) against the API stand-in (plain HTTP: in a cluster its TLS context and CA
+come on top), with the kubelet emulator registering it; once its
 ResourceSlice is published and ``--settle`` seconds have passed, its memory is read from
 ``/proc/<pid>/status`` (VmRSS, and its anonymous and file-backed parts) and
 ``smaps_rollup`` (Pss). Its modules are loaded from bytecode, as in the image (compiled
