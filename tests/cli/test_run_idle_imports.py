@@ -36,6 +36,20 @@ HEAVY = {
     "requests": "a synchronous HTTP client",
     "websocket": "exec/attach streams",
     "aiohttp.web": "the server side of aiohttp (only with --metrics-port)",
+    "urllib3": "the official client's synchronous transport (5 MiB)",
+    "yaml_rs": "the compiled YAML reader (5 MiB): manifests (dralet validate, dralet simulate)",
+    "dralet.yamltext": "manifest YAML (dralet validate, dralet simulate)",
+    "dralet.cli.demo": "another command",
+    "dralet.cli.validate": "another command",
+    "dralet.cli.audit": "another command",
+    "dralet.cli.simulate": "another command",
+    "dralet.cli.conformance": "another command",
+    "dralet.cluster": "simulated clusters (tests, benchmarks)",
+    "multiprocessing": "the fork server of simulated clusters' driver processes",
+    "dralet.drivers.nvidia": "another driver",
+    "pynvml": "NVIDIA's management library (the nvidia driver)",
+    "dralet.inotify": "device-node watches (the hostdev driver)",
+    "ctypes": "foreign functions (inotify, NVML): other drivers",
 }
 IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$", re.MULTILINE)
 SLICE_WITHIN = 60.0
