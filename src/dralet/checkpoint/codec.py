@@ -224,14 +224,18 @@ def _config_from_dict(value: Any) -> tuple[DeviceConfig, int]:
     )
 
 
-def _configs_from(stored: Mapping[str, Any]) -> tuple[tuple[DeviceConfig, ...], tuple[int, ...]]:
-    """A device's configs and their places among the claim's, from ``configs`` (each
-    ``{"source", "requests", "parameters", "order"}``) or, in records written before
-    configs kept their source, ``config`` (bare parameters, read as claim configs for
-    every request)."""
+def _configs(stored: Mapping[str, Any]) -> tuple[tuple[DeviceConfig, ...], tuple[int, ...]]:
+    """A device's ``configs`` (each ``{"source", "requests", "parameters", "order"}``)
+    and their places among the claim's."""
+    pairs = [_config_from_dict(c) for c in _field(stored, "configs", list, [])]
+    return tuple(c for c, _ in pairs), tuple(order for _, order in pairs)
+
+
+def _legacy_configs(stored: Mapping[str, Any]) -> tuple[tuple[DeviceConfig, ...], tuple[int, ...]]:
+    """``_configs``, or in records written before configs kept their source, ``config``
+    (bare parameters, read as claim configs for every request)."""
     if "configs" in stored:
-        pairs = [_config_from_dict(c) for c in _field(stored, "configs", list, [])]
-        return tuple(c for c, _ in pairs), tuple(order for _, order in pairs)
+        return _configs(stored)
     bare = _field(stored, "config", list, [])
     configs = tuple(
         DeviceConfig(source="claim", requests=(), parameters=_mapping(p, "a device config"))
@@ -248,33 +252,50 @@ _LEGACY_SUBREQUEST = "subrequest"
 """The ``resultFields`` key such records kept the chosen subrequest under."""
 
 
+def _result_fields(d: Mapping[str, Any], *, legacy: bool) -> tuple[Any, Any, Any, Any]:
+    """``resultFields`` less what the device keeps apart, then ``consumedCapacity``,
+    ``tolerations`` and (in older records) the subrequest, None each when absent. Copied
+    only when something is taken out."""
+    fields = _field(d, "resultFields", dict, {})
+    if not fields or not (
+        _CONSUMED in fields or _TOLERATIONS in fields or (legacy and _LEGACY_SUBREQUEST in fields)
+    ):
+        return fields, None, None, None
+    rest = dict(fields)
+    subrequest = rest.pop(_LEGACY_SUBREQUEST, None) if legacy else None
+    return rest, rest.pop(_CONSUMED, None), rest.pop(_TOLERATIONS, None), subrequest
+
+
 def _device_from_dict(value: Any) -> DeviceRecord:
     d = _mapping(value, "a device")
     request_names = _strings(d, "requestNames")
-    fields = dict(_field(d, "resultFields", dict, {}))
-    capacity = fields.pop(_CONSUMED, {})
-    if not isinstance(capacity, dict) or not all(type(v) is str for v in capacity.values()):
-        raise CodecError(f"field {_CONSUMED!r} must map names to quantities")
-    tolerations = fields.pop(_TOLERATIONS, [])
-    if not isinstance(tolerations, list) or not all(isinstance(t, dict) for t in tolerations):
-        raise CodecError(f"field {_TOLERATIONS!r} must be a list of objects")
-    state: Mapping[str, Any] | None
+    state: Mapping[str, Any] | None = None
     if "request" in d:  # written by this release: every device names its request
-        configs, places = _configs_from(d)
+        fields, capacity, tolerations, _ = _result_fields(d, legacy=False)
+        configs, places = _configs(d) if "configs" in d else ((), ())
         subrequest = _field(d, "subrequest", str, "")
-        state = _field(d, "preparedState", dict, None) if "preparedState" in d else None
+        if "preparedState" in d:
+            state = _field(d, "preparedState", dict, None)
     else:
-        legacy = _mapping(d.get(_LEGACY_STATE, {}), f"field {_LEGACY_STATE!r}")
-        configs, places = _configs_from(legacy)
-        subrequest = fields.pop(_LEGACY_SUBREQUEST, "")
-        if type(subrequest) is not str:
+        fields, capacity, tolerations, subrequest = _result_fields(d, legacy=True)
+        if subrequest is not None and type(subrequest) is not str:
             raise CodecError(f"field {_LEGACY_SUBREQUEST!r} must be str")
+        legacy = _mapping(d.get(_LEGACY_STATE, {}), f"field {_LEGACY_STATE!r}")
+        configs, places = _legacy_configs(legacy)
         if "preparedState" in legacy:
             state = _field(legacy, "preparedState", dict, None)
         else:
             # Before the state had a key of its own it sat beside the config: any other
             # key there was put by a prepare that returned.
             state = {k: v for k, v in legacy.items() if k not in ("config", "configs")} or None
+    if capacity is not None and not (
+        isinstance(capacity, dict) and all(type(v) is str for v in capacity.values())
+    ):
+        raise CodecError(f"field {_CONSUMED!r} must map names to quantities")
+    if tolerations is not None and not (
+        isinstance(tolerations, list) and all(isinstance(t, dict) for t in tolerations)
+    ):
+        raise CodecError(f"field {_TOLERATIONS!r} must be a list of objects")
     return DeviceRecord(
         allocated=AllocatedDevice(
             # Older records handed the backend the first of the request names.
@@ -284,10 +305,10 @@ def _device_from_dict(value: Any) -> DeviceRecord:
             admin_access=_field(d, "adminAccess", bool, False),
             share_id=_field(d, "shareId", str, ""),
             configs=configs,
-            subrequest=subrequest,
+            subrequest=subrequest or "",
             # Decoded just now: the device may keep these objects as they are.
-            consumed_capacity=capacity,
-            tolerations=tuple(tolerations),
+            consumed_capacity=capacity or {},
+            tolerations=tuple(tolerations or ()),
             extra=fields,
         ),
         request_names=request_names,
