@@ -235,3 +235,25 @@ def test_older_records_configs_without_source_and_state_beside_them_still_read()
     beside = codec.decode_record("u", device({"config": [], "slot": 3})).devices[0]
     assert beside.state == {"slot": 3}
     assert beside.allocated.configs == ()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"request": 1}, "'request' must be str"),
+        ({"configs": {"a": 1}}, "'configs' must be list"),
+        ({"configs": ["x"]}, "device config must be an object"),
+        ({"configs": [{"order": "1"}]}, "'order' must be int"),
+        ({"configs": [{"parameters": []}]}, "'parameters' must be dict"),
+        ({"resultFields": {"consumedCapacity": {"memory": 8}}}, "consumedCapacity"),
+        ({"resultFields": {"tolerations": [1]}}, "tolerations"),
+        ({"preparedState": []}, "'preparedState' must be dict"),
+        ({"subrequest": ["large"]}, "'subrequest' must be str"),
+    ],
+)
+def test_a_damaged_device_is_refused_with_a_reason(change: dict[str, Any], reason: str) -> None:
+    # The current form of a record, with one of its device's fields damaged.
+    row = json.loads(codec.encode_record(codec.decode_record(PREVIOUS_UID, PREVIOUS_ROW)))
+    row["devices"][0].update(change)
+    with pytest.raises(codec.CodecError, match=reason):
+        codec.decode_record(PREVIOUS_UID, json.dumps(row))
