@@ -34,6 +34,7 @@ from pathlib import Path
 
 from dralet.cdi import store as cdi_store
 from dralet.checkpoint import codec, database
+from dralet.checkpoint.allocated import AllocatedDevice
 from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
 from dralet.drivers.example import SimulatedGPUs
 from dralet.node.claims import ClaimEngine
@@ -98,11 +99,10 @@ def build_node(
             state=ClaimState.PREPARE_COMPLETED,
             devices=(
                 DeviceRecord(
-                    pool=NODE,
-                    device=device,
+                    AllocatedDevice(request="gpu", pool=NODE, device=device),
                     request_names=("gpu",),
                     cdi_device_ids=(f"{DRIVER}/claim={uid}-{device}",),
-                    backend_state={"index": index},
+                    state={"index": index},
                 ),
             ),
             cdi_spec=spec,

@@ -54,6 +54,7 @@ from pathlib import Path
 from dralet import fsutil
 from dralet.apiserver import ApiServer
 from dralet.checkpoint import database
+from dralet.checkpoint.allocated import AllocatedDevice
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
 from dralet.cluster import ControlPlane
 from dralet.cluster.process import DriverPaths, DriverProcess, driver_args
@@ -209,7 +210,7 @@ async def sample_floor(
         namespace="default",
         name="floor",
         state=ClaimState.PREPARE_COMPLETED,
-        devices=(DeviceRecord(pool="node-a", device=f"gpu-{i % 8}"),),
+        devices=(DeviceRecord(AllocatedDevice("gpu", "node-a", f"gpu-{i % 8}")),),
     )
     start = time.perf_counter()
     db.apply([database.Put(rec)])

@@ -170,7 +170,7 @@ async def test_device_held_twice_needs_a_person(node: AuditedNode) -> None:
         namespace="default",
         name="twin",
         state=ClaimState.PREPARE_COMPLETED,
-        devices=(DeviceRecord(pool=NODE, device="gpu-0"),),
+        devices=(DeviceRecord(AllocatedDevice(request="gpu", pool=NODE, device="gpu-0")),),
         finalizer_added=True,
     )
     node.put_record(twin)

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from dralet.checkpoint import codec
+from dralet.checkpoint import codec, database
 from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
-from dralet.node.backend import ClaimRef, ClaimUID
+from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID, DeviceConfig
+from dralet.node.claims import records
 from tests.recovery.nodekit import EngineNode
 
 UID = "0b8f3a52-6f8e-4a59-9d2c-3c1f4d0e7a11"
@@ -96,7 +97,9 @@ def test_fields_added_by_a_newer_release_still_verify() -> None:
                 namespace="default",
                 name="train",
                 state=ClaimState.PREPARE_COMPLETED,
-                devices=(DeviceRecord(pool="node-a", device="gpu-1"),),
+                devices=(
+                    DeviceRecord(AllocatedDevice(request="gpu", pool="node-a", device="gpu-1")),
+                ),
                 cdi_spec=SPEC,
             )
         },
@@ -140,3 +143,117 @@ def test_truncated_file_is_refused() -> None:
     raw = codec.encode(Checkpoint(driver="gpu.example.com"))
     with pytest.raises(codec.CodecError):
         codec.decode(raw[: len(raw) // 2])
+
+
+PREVIOUS_UID = "5f0c6a8e-1d2b-4c3e-9f4a-7b6c5d4e3f21"
+PREVIOUS_ROW = (
+    # A prepared claim exactly as the release before devices kept their allocation
+    # stored it (its codec's output): configs and state mixed in ``backendState``, the
+    # subrequest among the result's fields.
+    '{"bootId":"boot-1","devices":[{"backendState":{"configs":[{"order":0,"parameters":'
+    '{"driverVersion":"1"},"requests":[],"source":"class"},{"order":1,"parameters":'
+    '{"sharing":{"strategy":"TimeSlicing"}},"requests":["gpu"],"source":"claim"}],'
+    '"preparedState":{"config":"backend\'s own","index":1}},"cdiDeviceIds":'
+    '["gpu.example.com/claim=5f0c6a8e-1d2b-4c3e-9f4a-7b6c5d4e3f21-gpu-1",'
+    '"gpu.example.com/claim=5f0c6a8e-1d2b-4c3e-9f4a-7b6c5d4e3f21-gpu-1-1"],"device":"gpu-1",'
+    '"pool":"node-a","requestNames":["gpu"],"resultFields":{"bindingConditions":["ready"],'
+    '"consumedCapacity":{"memory":"8Gi"},"subrequest":"large","tolerations":[{"effect":'
+    '"NoSchedule","key":"maintenance","operator":"Exists"}]}},{"adminAccess":true,'
+    '"backendState":{"configs":[{"order":0,"parameters":{"driverVersion":"1"},"requests":[],'
+    '"source":"class"},{"order":2,"parameters":{"mtu":9000},"requests":["nic"],"source":'
+    '"claim"}],"preparedState":{}},"cdiDeviceIds":["gpu.example.com/claim='
+    '5f0c6a8e-1d2b-4c3e-9f4a-7b6c5d4e3f21-nic-0-a1b2"],"device":"nic-0","pool":"node-a",'
+    '"requestNames":["nic"],"shareId":"a1b2"}],"finalizerAdded":true,"name":"train",'
+    '"namespace":"default","state":"PrepareCompleted","updatedAt":"2026-12-01T10:00:00Z"}'
+)
+CLASS_CONFIG = DeviceConfig("class", (), {"driverVersion": "1"})
+GPU_CONFIG = DeviceConfig("claim", ("gpu",), {"sharing": {"strategy": "TimeSlicing"}})
+NIC_CONFIG = DeviceConfig("claim", ("nic",), {"mtu": 9000})
+PREVIOUS_GPU = AllocatedDevice(
+    request="gpu",
+    subrequest="large",
+    pool="node-a",
+    device="gpu-1",
+    configs=(CLASS_CONFIG, GPU_CONFIG),
+    consumed_capacity={"memory": "8Gi"},
+    tolerations=({"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"},),
+    extra={"bindingConditions": ["ready"]},
+)
+PREVIOUS_NIC = AllocatedDevice(
+    request="nic",
+    pool="node-a",
+    device="nic-0",
+    admin_access=True,
+    share_id="a1b2",
+    configs=(CLASS_CONFIG, NIC_CONFIG),
+)
+
+
+def test_a_record_the_previous_release_stored_gives_the_backend_the_same_devices() -> None:
+    row = database.decode_row(
+        PREVIOUS_UID, PREVIOUS_ROW, database.row_checksum(PREVIOUS_UID, PREVIOUS_ROW)
+    )
+
+    gpu, nic = row.devices
+    assert (gpu.allocated, nic.allocated) == (PREVIOUS_GPU, PREVIOUS_NIC)
+    assert (gpu.state, nic.state) == ({"config": "backend's own", "index": 1}, {})
+    assert gpu.prepared and nic.prepared
+    assert (gpu.request_names, nic.request_names) == (("gpu",), ("nic",))
+    assert gpu.cdi_device_ids[1] == f"gpu.example.com/claim={PREVIOUS_UID}-gpu-1-1"
+    ref = ClaimRef(ClaimUID(PREVIOUS_UID), "default", "train")
+    allocation = records.claim_allocation(ref, row.devices)
+    assert allocation.devices == (PREVIOUS_GPU, PREVIOUS_NIC)
+    assert allocation.configs == (CLASS_CONFIG, GPU_CONFIG, NIC_CONFIG)
+    # Written back in the current form only, which reads as the same record.
+    written = codec.encode_record(row)
+    assert "backendState" not in written
+    assert '"subrequest":"large"' in written
+    assert codec.decode_record(PREVIOUS_UID, written) == row
+
+
+def test_older_records_configs_without_source_and_state_beside_them_still_read() -> None:
+    def device(backend_state: dict[str, Any]) -> str:
+        stored = {"pool": "p", "device": "gpu-0", "requestNames": ["r"]}
+        return json.dumps(
+            {
+                "namespace": "ns",
+                "name": "c",
+                "state": "PrepareStarted",
+                "devices": [{**stored, "backendState": backend_state}],
+            }
+        )
+
+    bare = codec.decode_record("u", device({"config": [{"a": 1}, {"a": 2}]})).devices[0]
+    assert bare.allocated.configs == (
+        DeviceConfig("claim", (), {"a": 1}),
+        DeviceConfig("claim", (), {"a": 2}),
+    )
+    assert bare.allocated.request == "r"
+    assert not bare.prepared
+    assert bare.prepared_state == {}
+    # Before the state had a key of its own, prepare's keys sat beside the config.
+    beside = codec.decode_record("u", device({"config": [], "slot": 3})).devices[0]
+    assert beside.state == {"slot": 3}
+    assert beside.allocated.configs == ()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"request": 1}, "'request' must be str"),
+        ({"configs": {"a": 1}}, "'configs' must be list"),
+        ({"configs": ["x"]}, "device config must be an object"),
+        ({"configs": [{"order": "1"}]}, "'order' must be int"),
+        ({"configs": [{"parameters": []}]}, "'parameters' must be dict"),
+        ({"resultFields": {"consumedCapacity": {"memory": 8}}}, "consumedCapacity"),
+        ({"resultFields": {"tolerations": [1]}}, "tolerations"),
+        ({"preparedState": []}, "'preparedState' must be dict"),
+        ({"subrequest": ["large"]}, "'subrequest' must be str"),
+    ],
+)
+def test_a_damaged_device_is_refused_with_a_reason(change: dict[str, Any], reason: str) -> None:
+    # The current form of a record, with one of its device's fields damaged.
+    row = json.loads(codec.encode_record(codec.decode_record(PREVIOUS_UID, PREVIOUS_ROW)))
+    row["devices"][0].update(change)
+    with pytest.raises(codec.CodecError, match=reason):
+        codec.decode_record(PREVIOUS_UID, json.dumps(row))

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dralet.checkpoint import codec
+from dralet.checkpoint.allocated import AllocatedDevice, DeviceConfig
 from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
 
 UID = "0b8f3a52-6f8e-4a59-9d2c-3c1f4d0e7a11"
@@ -30,11 +31,19 @@ def _sample() -> Checkpoint:
                 state=ClaimState.PREPARE_COMPLETED,
                 devices=(
                     DeviceRecord(
-                        pool="node-a",
-                        device="gpu-1",
+                        AllocatedDevice(
+                            request="gpu",
+                            subrequest="large",
+                            pool="node-a",
+                            device="gpu-1",
+                            configs=(DeviceConfig("class", ("gpu",), {"mode": "x"}),),
+                            consumed_capacity={"memory": "8Gi"},
+                            tolerations=({"key": "k", "operator": "Exists"},),
+                        ),
                         request_names=("gpu",),
+                        config_places=(1,),
                         cdi_device_ids=(f"gpu.example.com/claim={UID}-gpu-1",),
-                        backend_state={"slot": 1},
+                        state={"slot": 1},
                     ),
                 ),
                 cdi_spec={"cdiVersion": "0.5.0", "kind": "gpu.example.com/claim", "devices": []},

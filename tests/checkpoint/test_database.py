@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from dralet import errors
 from dralet.checkpoint import codec, database, storefiles
+from dralet.checkpoint.allocated import AllocatedDevice
 from dralet.checkpoint.database import Drop, Intent, Put, RecordDatabase, Stamp
 from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord, evolve
 from dralet.checkpoint.store import CheckpointStore
@@ -31,7 +32,9 @@ def record(uid: str, *devices: str, state: ClaimState = ClaimState.PREPARE_START
         namespace="default",
         name=f"claim-{uid}",
         state=state,
-        devices=tuple(DeviceRecord(pool="node-a", device=d, request_names=("r",)) for d in devices),
+        devices=tuple(
+            DeviceRecord(AllocatedDevice("r", "node-a", d), request_names=("r",)) for d in devices
+        ),
     )
 
 
@@ -74,7 +77,7 @@ def test_admin_access_and_shares_do_not_hold_the_device_exclusively(tmp_path: Pa
         namespace="default",
         name="w",
         state=ClaimState.PREPARE_STARTED,
-        devices=(DeviceRecord(pool="node-a", device="gpu-0", admin_access=True),),
+        devices=(DeviceRecord(AllocatedDevice("r", "node-a", "gpu-0", admin_access=True)),),
     )
     shares = [
         ClaimRecord(
@@ -82,7 +85,7 @@ def test_admin_access_and_shares_do_not_hold_the_device_exclusively(tmp_path: Pa
             namespace="default",
             name=f"s{i}",
             state=ClaimState.PREPARE_STARTED,
-            devices=(DeviceRecord(pool="node-a", device="gpu-0", share_id=f"share-{i}"),),
+            devices=(DeviceRecord(AllocatedDevice("r", "node-a", "gpu-0", share_id=f"share-{i}")),),
         )
         for i in range(2)
     ]

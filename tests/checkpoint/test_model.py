@@ -6,7 +6,10 @@ import dataclasses
 
 import pytest
 
+from dralet.checkpoint.allocated import AllocatedDevice
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord, evolve
+
+GPU = AllocatedDevice(request="gpu", pool="node-a", device="gpu-0")
 
 
 def _record() -> ClaimRecord:
@@ -15,7 +18,7 @@ def _record() -> ClaimRecord:
         namespace="default",
         name="claim-1",
         state=ClaimState.PREPARE_STARTED,
-        devices=(DeviceRecord(pool="node-a", device="gpu-0", request_names=("gpu",)),),
+        devices=(DeviceRecord(GPU, request_names=("gpu",)),),
     )
 
 
@@ -35,6 +38,6 @@ def test_evolve_refuses_a_field_the_type_lacks() -> None:
     with pytest.raises(TypeError, match="has no field 'stat'"):
         evolve(_record(), stat=ClaimState.RELEASED)
     device = _record().devices[0]
-    assert evolve(device, share_id="s1").share_id == "s1"
+    assert evolve(device, request_names=("a", "b")).request_names == ("a", "b")
     with pytest.raises(TypeError, match="DeviceRecord has no field"):
         evolve(device, uid="x")

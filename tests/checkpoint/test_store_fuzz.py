@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dralet import errors
 from dralet.checkpoint import database
+from dralet.checkpoint.allocated import AllocatedDevice
 from dralet.checkpoint.database import Drop, Intent, Put, RecordDatabase
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
 from tests import claimstore
@@ -35,7 +36,7 @@ def _record(uid: str, device: str) -> ClaimRecord:
         namespace="default",
         name=f"claim-{uid}",
         state=ClaimState.PREPARE_COMPLETED,
-        devices=(DeviceRecord(pool="node-a", device=device, request_names=("gpu",)),),
+        devices=(DeviceRecord(AllocatedDevice("gpu", "node-a", device), request_names=("gpu",)),),
         finalizer_added=True,
         boot_id="boot-1",
     )

@@ -6,6 +6,7 @@ records written before configs kept their source."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from dralet import errors
 from dralet.cdi.spec import ContainerEdits
-from dralet.checkpoint.model import DeviceRecord
+from dralet.checkpoint import codec
 from dralet.node.backend import (
     AllocatedDevice,
     ClaimAllocation,
@@ -26,7 +27,7 @@ from dralet.node.backend import (
     PreparedDevice,
 )
 from dralet.node.claims import source
-from dralet.node.claims.records import allocated, claim_allocation
+from dralet.node.claims.records import claim_allocation
 from dralet.node.invoke import Invoker
 from dralet.testing.claims import DRIVER, allocated_claim
 from tests.recovery.nodekit import EngineNode
@@ -150,13 +151,15 @@ async def test_strict_backend_sees_configs_and_states_round_trip(tmp_path: Path)
 
 
 def test_a_record_from_before_config_sources_reads_as_claim_configs() -> None:
-    record = DeviceRecord(
-        pool="p",
-        device="gpu-0",
-        request_names=("r",),
-        backend_state={"config": [{"a": 1}, {"a": 2}], "preparedState": {"index": 0}},
-    )
-    device = allocated(record)
+    stored = {
+        "pool": "p",
+        "device": "gpu-0",
+        "requestNames": ["r"],
+        "backendState": {"config": [{"a": 1}, {"a": 2}], "preparedState": {"index": 0}},
+    }
+    row = {"namespace": "default", "name": "c", "state": "PrepareCompleted", "devices": [stored]}
+    record = codec.decode_record("u", json.dumps(row)).devices[0]
+    device = record.allocated
     assert device.configs == (
         DeviceConfig("claim", (), {"a": 1}),
         DeviceConfig("claim", (), {"a": 2}),

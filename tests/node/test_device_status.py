@@ -156,7 +156,8 @@ def test_statuses_past_the_api_limits_are_refused_naming_the_device(
 ) -> None:
     from dralet.checkpoint.model import DeviceRecord
 
-    record = DeviceRecord(request_names=("r",), pool="node-1", device="gpu-3")
+    device = dralet.AllocatedDevice(request="r", pool="node-1", device="gpu-3")
+    record = DeviceRecord(device, request_names=("r",))
     result = dralet.PreparedDevice(edits=dralet.ContainerEdits(env=("A=1",)), status=status)
     with pytest.raises(devicestatus.DeviceStatusError, match=f"device gpu-3: .*{problem}"):
         devicestatus.entries(DRIVER, [record], [result])

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
+from dralet.node.backend import AllocatedDevice, DeviceConfig
 from dralet.node.claims import states
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-it-works.md"
@@ -33,7 +34,7 @@ def test_the_table_is_one_chain_from_none_to_gone() -> None:
 
 
 def test_the_record_proves_how_far_a_prepare_got() -> None:
-    device = DeviceRecord(pool="p", device="gpu-0")
+    device = DeviceRecord(AllocatedDevice(request="r", pool="p", device="gpu-0"))
     record = ClaimRecord("u", "ns", "c", ClaimState.PREPARE_STARTED, devices=(device,))
     assert states.phase_of(None) is states.Phase.NONE
     assert states.phase_of(record) is states.Phase.PREPARE_STARTED
@@ -45,16 +46,16 @@ def test_the_record_proves_how_far_a_prepare_got() -> None:
     assert states.phase_of(record.with_state(ClaimState.RELEASED)) is states.Phase.RELEASED
 
 
-def test_device_state_and_config_are_kept_apart_and_old_records_still_read() -> None:
-    device = DeviceRecord(pool="p", device="gpu-0", backend_state={"config": [{"a": 1}]})
+def test_device_state_and_config_are_kept_apart() -> None:
+    config = DeviceConfig("claim", (), {"a": 1})
+    device = DeviceRecord(AllocatedDevice(request="r", pool="p", device="gpu-0", configs=(config,)))
     assert not device.prepared
     assert device.prepared_state == {}
     done = device.with_prepared_state({"config": "backend's own key"})
     assert done.prepared
-    assert done.config == ({"a": 1},)
+    assert done.allocated.config == ({"a": 1},)
     assert done.prepared_state == {"config": "backend's own key"}
-    legacy = DeviceRecord(pool="p", device="gpu-0", backend_state={"config": [], "slot": 3})
-    assert legacy.prepared_state == {"slot": 3}
+    assert done.with_prepared_state({}).prepared  # an empty state is a returned prepare
 
 
 def test_every_failpoint_of_the_routes_is_named_by_the_table_and_declared() -> None:

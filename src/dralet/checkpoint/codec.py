@@ -6,6 +6,12 @@ that adds a field can still verify an older file (the bug class that broke upgra
 other drivers). Schema v2 is current; v1 (single-phase records, no boot ID) is read and
 migrated. A file from a future schema is refused, never guessed at.
 
+A device is stored as the backend was handed it (``request``, ``subrequest``, its
+``configs`` each with its ``order`` among the claim's, the result's other fields in
+``resultFields``) with ``preparedState`` once ``prepare_claim`` returned. Devices
+written before they named their ``request`` (configs and state mixed in
+``backendState``) are still read, and written back in the current form.
+
 ``decode`` takes any bytes at all and either returns a checkpoint or raises
 ``CodecError``: invalid UTF-8, lone surrogates, nesting or numbers past the parser's
 limits and fields of the wrong type are all refused the same way, so a damaged file
@@ -20,6 +26,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from dralet.checkpoint.allocated import AllocatedDevice, DeviceConfig
 from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
 
 __all__ = [
@@ -90,22 +97,47 @@ def checksum(data: str) -> str:
     return "sha256:" + hashlib.sha256(data.encode()).hexdigest()
 
 
+_CONSUMED = "consumedCapacity"
+_TOLERATIONS = "tolerations"
+
+
+def _config_to_dict(config: DeviceConfig, order: int) -> dict[str, Any]:
+    return {
+        "source": config.source,
+        "requests": list(config.requests),
+        "parameters": dict(config.parameters),
+        "order": order,
+    }
+
+
 def _device_to_dict(d: DeviceRecord) -> dict[str, Any]:
-    out: dict[str, Any] = {"pool": d.pool, "device": d.device}
+    a = d.allocated
+    out: dict[str, Any] = {"pool": a.pool, "device": a.device, "request": a.request}
+    if a.subrequest:
+        out["subrequest"] = a.subrequest
     if d.request_names:
         out["requestNames"] = list(d.request_names)
     if d.cdi_device_ids:
         out["cdiDeviceIds"] = list(d.cdi_device_ids)
     if d.external_cdi_ids:
         out["externalCdiDeviceIds"] = list(d.external_cdi_ids)
-    if d.admin_access:
+    if a.admin_access:
         out["adminAccess"] = True
-    if d.share_id:
-        out["shareId"] = d.share_id
-    if d.backend_state:
-        out["backendState"] = dict(d.backend_state)
-    if d.result_fields:
-        out["resultFields"] = dict(d.result_fields)
+    if a.share_id:
+        out["shareId"] = a.share_id
+    if a.configs:
+        out["configs"] = [
+            _config_to_dict(c, order) for c, order in zip(a.configs, d.places, strict=True)
+        ]
+    fields = dict(a.extra)
+    if a.consumed_capacity:
+        fields[_CONSUMED] = dict(a.consumed_capacity)
+    if a.tolerations:
+        fields[_TOLERATIONS] = [dict(t) for t in a.tolerations]
+    if fields:
+        out["resultFields"] = fields
+    if d.state is not None:
+        out["preparedState"] = dict(d.state)
     return out
 
 
@@ -178,19 +210,112 @@ def _check_writable(value: Any, what: str) -> None:
         raise CodecError(f"{what} cannot be written back ({type(exc).__name__})") from exc
 
 
+def _config_from_dict(value: Any) -> tuple[DeviceConfig, int]:
+    c = _mapping(value, "a device config")
+    source = _field(c, "source", str, "claim")
+    order = _field(c, "order", int, 0)
+    return (
+        DeviceConfig(
+            source="class" if source == "class" else "claim",
+            requests=_strings(c, "requests"),
+            parameters=_field(c, "parameters", dict, {}),
+        ),
+        order,
+    )
+
+
+def _configs(stored: Mapping[str, Any]) -> tuple[tuple[DeviceConfig, ...], tuple[int, ...]]:
+    """A device's ``configs`` (each ``{"source", "requests", "parameters", "order"}``)
+    and their places among the claim's."""
+    pairs = [_config_from_dict(c) for c in _field(stored, "configs", list, [])]
+    return tuple(c for c, _ in pairs), tuple(order for _, order in pairs)
+
+
+def _legacy_configs(stored: Mapping[str, Any]) -> tuple[tuple[DeviceConfig, ...], tuple[int, ...]]:
+    """``_configs``, or in records written before configs kept their source, ``config``
+    (bare parameters, read as claim configs for every request)."""
+    if "configs" in stored:
+        return _configs(stored)
+    bare = _field(stored, "config", list, [])
+    configs = tuple(
+        DeviceConfig(source="claim", requests=(), parameters=_mapping(p, "a device config"))
+        for p in bare
+    )
+    return configs, tuple(range(len(configs)))
+
+
+_LEGACY_STATE = "backendState"
+"""Where records written before a device named its request had its configs
+(``configs``, or the older ``config``) and prepare's state (``preparedState``, or the
+older keys beside the config); read, never written."""
+_LEGACY_SUBREQUEST = "subrequest"
+"""The ``resultFields`` key such records kept the chosen subrequest under."""
+
+
+def _result_fields(d: Mapping[str, Any], *, legacy: bool) -> tuple[Any, Any, Any, Any]:
+    """``resultFields`` less what the device keeps apart, then ``consumedCapacity``,
+    ``tolerations`` and (in older records) the subrequest, None each when absent. Copied
+    only when something is taken out."""
+    fields = _field(d, "resultFields", dict, {})
+    if not fields or not (
+        _CONSUMED in fields or _TOLERATIONS in fields or (legacy and _LEGACY_SUBREQUEST in fields)
+    ):
+        return fields, None, None, None
+    rest = dict(fields)
+    subrequest = rest.pop(_LEGACY_SUBREQUEST, None) if legacy else None
+    return rest, rest.pop(_CONSUMED, None), rest.pop(_TOLERATIONS, None), subrequest
+
+
 def _device_from_dict(value: Any) -> DeviceRecord:
     d = _mapping(value, "a device")
+    request_names = _strings(d, "requestNames")
+    state: Mapping[str, Any] | None = None
+    if "request" in d:  # written by this release: every device names its request
+        fields, capacity, tolerations, _ = _result_fields(d, legacy=False)
+        configs, places = _configs(d) if "configs" in d else ((), ())
+        subrequest = _field(d, "subrequest", str, "")
+        if "preparedState" in d:
+            state = _field(d, "preparedState", dict, None)
+    else:
+        fields, capacity, tolerations, subrequest = _result_fields(d, legacy=True)
+        if subrequest is not None and type(subrequest) is not str:
+            raise CodecError(f"field {_LEGACY_SUBREQUEST!r} must be str")
+        legacy = _mapping(d.get(_LEGACY_STATE, {}), f"field {_LEGACY_STATE!r}")
+        configs, places = _legacy_configs(legacy)
+        if "preparedState" in legacy:
+            state = _field(legacy, "preparedState", dict, None)
+        else:
+            # Before the state had a key of its own it sat beside the config: any other
+            # key there was put by a prepare that returned.
+            state = {k: v for k, v in legacy.items() if k not in ("config", "configs")} or None
+    if capacity is not None and not (
+        isinstance(capacity, dict) and all(type(v) is str for v in capacity.values())
+    ):
+        raise CodecError(f"field {_CONSUMED!r} must map names to quantities")
+    if tolerations is not None and not (
+        isinstance(tolerations, list) and all(isinstance(t, dict) for t in tolerations)
+    ):
+        raise CodecError(f"field {_TOLERATIONS!r} must be a list of objects")
     return DeviceRecord(
-        pool=_field(d, "pool", str, None),
-        device=_field(d, "device", str, None),
-        request_names=_strings(d, "requestNames"),
+        allocated=AllocatedDevice(
+            # Older records handed the backend the first of the request names.
+            request=_field(d, "request", str, request_names[0] if request_names else ""),
+            pool=_field(d, "pool", str, None),
+            device=_field(d, "device", str, None),
+            admin_access=_field(d, "adminAccess", bool, False),
+            share_id=_field(d, "shareId", str, ""),
+            configs=configs,
+            subrequest=subrequest or "",
+            # Decoded just now: the device may keep these objects as they are.
+            consumed_capacity=capacity or {},
+            tolerations=tuple(tolerations or ()),
+            extra=fields,
+        ),
+        request_names=request_names,
+        config_places=places,
         cdi_device_ids=_strings(d, "cdiDeviceIds"),
         external_cdi_ids=_strings(d, "externalCdiDeviceIds"),
-        admin_access=_field(d, "adminAccess", bool, False),
-        share_id=_field(d, "shareId", str, ""),
-        # Decoded just now: the record may keep these objects as they are.
-        backend_state=_field(d, "backendState", dict, {}),
-        result_fields=_field(d, "resultFields", dict, {}),
+        state=state,
     )
 
 

@@ -12,18 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from dralet.checkpoint.allocated import AllocatedDevice
+
 __all__ = ["Checkpoint", "ClaimRecord", "ClaimState", "DeviceRecord", "evolve"]
-
-CONFIG_KEY = "config"
-"""``backend_state`` key of the opaque parameters that apply to the device, as records
-written before configs kept their source had them (read, never written)."""
-CONFIGS_KEY = "configs"
-"""``backend_state`` key of the configs that apply to the device, in precedence order:
-``{"source": "class"|"claim", "requests": [...], "parameters": {...}, "order": n}``
-(``order``: its place among all of the claim's configs for this driver)."""
-PREPARED_STATE_KEY = "preparedState"
-"""``backend_state`` key of what ``backend.prepare`` returned; present once it returned."""
-
 
 _Value = TypeVar("_Value", "ClaimRecord", "DeviceRecord")
 
@@ -56,61 +47,63 @@ HOLDING_STATES = frozenset(
 
 @dataclass(frozen=True)
 class DeviceRecord:
-    """One allocated device of a claim, as the claim engine prepared it."""
+    """One allocated device of a claim: the device the backend is handed, kept as read
+    from the claim, and what became of it.
 
-    pool: str
-    device: str
+    ``release_claim`` gets exactly the ``allocated`` device and the ``state`` that
+    ``prepare_claim`` saw and returned, also after a restart with the claim gone.
+    """
+
+    allocated: AllocatedDevice
+    """The allocation result as the backend is handed it: request, pool, device, the
+    configs that apply in precedence order, and every other field the API sent."""
     request_names: tuple[str, ...] = ()
+    """Every request of the claim the device is allocated for (the kubelet's names)."""
+    config_places: tuple[int, ...] = ()
+    """Where each of ``allocated.configs`` stands among all of the claim's configs for
+    this driver: the claim's configs the backend is handed are the devices', in this
+    order (empty: their own order, ``0..n-1``)."""
     cdi_device_ids: tuple[str, ...] = ()
     """The CDI devices of the claim's own spec, the device's first."""
     external_cdi_ids: tuple[str, ...] = ()
     """CDI devices other specs define, given to the kubelet after the device's own."""
-    admin_access: bool = False
-    share_id: str = ""
-    backend_state: Mapping[str, Any] = field(default_factory=dict)
-    """``{"configs": [...], "preparedState": {...}}``."""
-    result_fields: Mapping[str, Any] = field(default_factory=dict)
-    """The allocation result's other fields as the API sent them (``consumedCapacity``,
-    ``tolerations``, and any newer than this release): ``release_claim`` gets the
-    device as ``prepare_claim`` saw it, also after a restart with the claim gone."""
+    state: Mapping[str, Any] | None = None
+    """What ``prepare_claim`` returned for the device; None until it returned."""
 
     @property
-    def configs(self) -> tuple[Mapping[str, Any], ...]:
-        """The configs that apply to the device (see ``CONFIGS_KEY``); an older record's
-        bare parameters read as claim configs for every request."""
-        if CONFIGS_KEY in self.backend_state:
-            return tuple(self.backend_state[CONFIGS_KEY])
-        return tuple(
-            {"source": "claim", "requests": [], "parameters": dict(p), "order": i}
-            for i, p in enumerate(self.backend_state.get(CONFIG_KEY, ()))
-        )
+    def pool(self) -> str:
+        return self.allocated.pool
 
     @property
-    def config(self) -> tuple[Mapping[str, Any], ...]:
-        """The ``parameters`` of ``configs``, in precedence order."""
-        return tuple(c.get("parameters") or {} for c in self.configs)
+    def device(self) -> str:
+        return self.allocated.device
+
+    @property
+    def share_id(self) -> str:
+        return self.allocated.share_id
+
+    @property
+    def admin_access(self) -> bool:
+        return self.allocated.admin_access
+
+    @property
+    def places(self) -> tuple[int, ...]:
+        """``config_places``, one per config of ``allocated``."""
+        return self.config_places or tuple(range(len(self.allocated.configs)))
 
     @property
     def prepared(self) -> bool:
-        """``backend.prepare`` returned for this device and its state is recorded."""
-        return PREPARED_STATE_KEY in self.backend_state
+        """``prepare_claim`` returned for this device and its state is recorded."""
+        return self.state is not None
 
     @property
     def prepared_state(self) -> Mapping[str, Any]:
-        """The state ``backend.prepare`` returned, to hand back to ``release``.
-
-        Records written before the state had a key of its own kept it merged beside the
-        config; those are read the same way.
-        """
-        if PREPARED_STATE_KEY in self.backend_state:
-            return dict(self.backend_state[PREPARED_STATE_KEY])
-        return {k: v for k, v in self.backend_state.items() if k not in (CONFIG_KEY, CONFIGS_KEY)}
+        """The state to hand back to ``release_claim``: empty while ``prepare_claim``
+        has not returned for the device."""
+        return {} if self.state is None else self.state
 
     def with_prepared_state(self, state: Mapping[str, Any]) -> DeviceRecord:
-        kept = {
-            k: self.backend_state[k] for k in (CONFIG_KEY, CONFIGS_KEY) if k in self.backend_state
-        }
-        return evolve(self, backend_state={**kept, PREPARED_STATE_KEY: dict(state)})
+        return evolve(self, state=dict(state))
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NewType, Protocol, TypeAlias, TypeVar, Union, runtime_checkable
+from typing import Any, NewType, Protocol, TypeAlias, TypeVar, Union, runtime_checkable
 
 from dralet.cdi.spec import ContainerEdits
+from dralet.checkpoint.allocated import AllocatedDevice, ConfigSource, DeviceConfig
 from dralet.node.devices import AttributeValue, Device, Version
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "ClaimBackend",
     "ClaimRef",
     "ClaimUID",
+    "ConfigSource",
     "Device",
     "DeviceConfig",
     "DeviceHealth",
@@ -55,62 +57,9 @@ class ClaimRef:
     name: str
 
 
-ConfigSource = Literal["class", "claim"]
-
 _T = TypeVar("_T")
 MaybeAwaitable: TypeAlias = Union[_T, Awaitable[_T]]  # noqa: UP007 - a generic alias
 """What a backend method returns: a value (plain ``def``) or an awaitable (``async def``)."""
-
-
-@dataclass(frozen=True)
-class DeviceConfig:
-    """One opaque configuration for this driver from a claim's allocation.
-
-    ``source`` is ``"class"`` (from the DeviceClass) or ``"claim"`` (from the claim's
-    own ``spec.devices.config``); ``requests`` names the requests it applies to (empty:
-    all of them); ``parameters`` is the opaque ``parameters`` object as written.
-    """
-
-    source: ConfigSource
-    requests: tuple[str, ...]
-    parameters: Mapping[str, Any]
-
-    def applies_to(self, request: str) -> bool:
-        """Whether this config applies to ``request`` (``req`` or a subrequest ``req/sub``)."""
-        if not self.requests:
-            return True
-        return request in self.requests or request.split("/", 1)[0] in self.requests
-
-
-@dataclass(frozen=True)
-class AllocatedDevice:
-    """One allocation result of a claim that this driver must prepare.
-
-    ``request`` is the claim's request (the kubelet matches containers on it);
-    ``configs`` are the configs that apply to this device's request, in precedence order
-    (class before claim; later wins). ``consumed_capacity`` (1.34+ consumable capacity)
-    and ``tolerations`` (1.33+ device taints) are copied from the allocation result;
-    ``extra`` keeps any other field of the result as the API sent it, so a backend can
-    read fields newer than this release of dralet.
-    """
-
-    request: str
-    pool: str
-    device: str
-    admin_access: bool = False
-    share_id: str = ""
-    configs: tuple[DeviceConfig, ...] = ()
-    subrequest: str = ""
-    """The subrequest of a ``firstAvailable`` request the scheduler chose (``large`` of
-    the result's ``gpu/large``; ``request`` is then ``gpu``); empty for a plain request."""
-    consumed_capacity: Mapping[str, str] = field(default_factory=dict)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def config(self) -> tuple[Mapping[str, Any], ...]:
-        """The ``parameters`` of ``configs``, in precedence order."""
-        return tuple(c.parameters for c in self.configs)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
 from dralet import errors, failpoints
-from dralet.checkpoint.model import PREPARED_STATE_KEY, Checkpoint
+from dralet.checkpoint.model import Checkpoint
 from dralet.node import devices as node_devices
 from dralet.node.backend import (
     AllocatedDevice,
@@ -239,7 +239,7 @@ def held_devices(records: Checkpoint) -> tuple[HeldDevice, ...]:
         HeldDevice(
             claim=ClaimUID(uid),
             device=device.device,
-            state=dict(device.backend_state.get(PREPARED_STATE_KEY) or {}),
+            state=dict(device.prepared_state),
         )
         for uid, record in records.claims.items()
         if record.holds_devices

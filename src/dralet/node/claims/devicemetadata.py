@@ -39,7 +39,6 @@ from dralet.cdi.spec import Mount
 from dralet.checkpoint.model import DeviceRecord
 from dralet.node.backend import ClaimRef, DeviceMetadata, PreparedDevice
 from dralet.node.claims.devicestatus import DeviceStatusError, network_data_json
-from dralet.node.claims.records import SUBREQUEST
 from dralet.node.devices import attributes_to_json
 
 __all__ = [
@@ -103,10 +102,10 @@ def _check_segment(ref: ClaimRef, what: str, value: str, *, subdomain: bool = Fa
 def _requests(devices: Sequence[DeviceRecord]) -> dict[str, dict[str, list[int]]]:
     """Request -> the result's request name (``gpu/large`` for a subrequest) -> indexes of
     its devices, in device order. Records hold the base request names (the kubelet's);
-    the chosen subrequest is kept beside the result's other fields."""
+    the chosen subrequest is the allocated device's."""
     out: dict[str, dict[str, list[int]]] = {}
     for index, device in enumerate(devices):
-        subrequest = str(device.result_fields.get(SUBREQUEST) or "")
+        subrequest = device.allocated.subrequest
         for request in device.request_names:
             named = f"{request}/{subrequest}" if subrequest else request
             out.setdefault(request, {}).setdefault(named, []).append(index)

@@ -1,17 +1,17 @@
 """A claim's devices as the record keeps them, built once from the claim as read.
 
-``device_records`` turns the allocation (and the configs that apply, in precedence
-order) into the records prepare writes; ``allocated`` and ``claim_allocation`` give
-the backend the same devices back from a record; ``with_states`` adds what the
-backend's ``prepare_claim`` returned. Pure functions over values.
+``device_records`` keeps each allocated device (with its configs in the claim's
+precedence order) in the record prepare writes; ``claim_allocation`` hands the backend
+those same devices; ``with_states`` adds what the backend's ``prepare_claim`` returned.
+Pure functions over values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import dataclasses
+from collections.abc import Sequence
 
-from dralet.checkpoint.model import CONFIGS_KEY, ClaimRecord, DeviceRecord, evolve
+from dralet.checkpoint.model import ClaimRecord, DeviceRecord, evolve
 from dralet.node.backend import (
     AllocatedDevice,
     ClaimAllocation,
@@ -22,73 +22,24 @@ from dralet.node.backend import (
 from dralet.node.claims.store import now_stamp
 
 __all__ = [
-    "SUBREQUEST",
-    "allocated",
     "cdi_device_name",
     "cdi_names",
     "claim_allocation",
     "device_records",
-    "result_fields",
     "with_states",
 ]
 
 
-def _config(stored: Mapping[str, Any]) -> DeviceConfig:
-    return DeviceConfig(
-        source="class" if stored.get("source") == "class" else "claim",
-        requests=tuple(stored.get("requests") or ()),
-        parameters=dict(stored.get("parameters") or {}),
-    )
-
-
-def allocated(record: DeviceRecord) -> AllocatedDevice:
-    """The device as the backend saw it in ``prepare_claim``: same request, pool, configs."""
-    return AllocatedDevice(
-        request=record.request_names[0] if record.request_names else "",
-        pool=record.pool,
-        device=record.device,
-        admin_access=record.admin_access,
-        share_id=record.share_id,
-        configs=tuple(_config(c) for c in record.configs),
-        consumed_capacity={
-            str(k): str(v) for k, v in (record.result_fields.get(CONSUMED) or {}).items()
-        },
-        tolerations=tuple(record.result_fields.get(TOLERATIONS) or ()),
-        subrequest=str(record.result_fields.get(SUBREQUEST) or ""),
-        extra={k: v for k, v in record.result_fields.items() if k not in _KEPT_APART},
-    )
-
-
-CONSUMED = "consumedCapacity"
-TOLERATIONS = "tolerations"
-SUBREQUEST = "subrequest"
-"""Stored beside the result's other fields; not an API field name (the API writes
-``request: gpu/large``)."""
-_KEPT_APART = (CONSUMED, TOLERATIONS, SUBREQUEST)
-
-
-def result_fields(device: AllocatedDevice) -> dict[str, Any]:
-    """What of ``device`` the record keeps beyond request, pool, device and share ID."""
-    fields: dict[str, Any] = dict(device.extra)
-    if device.consumed_capacity:
-        fields[CONSUMED] = dict(device.consumed_capacity)
-    if device.tolerations:
-        fields[TOLERATIONS] = [dict(t) for t in device.tolerations]
-    if device.subrequest:
-        fields[SUBREQUEST] = device.subrequest
-    return fields
-
-
 def claim_allocation(ref: ClaimRef, devices: Sequence[DeviceRecord]) -> ClaimAllocation:
-    """What the backend is handed for these devices of a claim: each device, and the
-    claim's configs that apply to any of them, in precedence order."""
+    """What the backend is handed for these devices of a claim: each device as kept,
+    and the claim's configs that apply to any of them, in precedence order."""
     configs: dict[int, DeviceConfig] = {}
     for device in devices:
-        for stored in device.configs:
-            configs.setdefault(int(stored.get("order", 0)), _config(stored))
+        for config, place in zip(device.allocated.configs, device.places, strict=True):
+            configs.setdefault(place, config)
     return ClaimAllocation(
         claim=ref,
-        devices=tuple(allocated(d) for d in devices),
+        devices=tuple(d.allocated for d in devices),
         configs=tuple(configs[k] for k in sorted(configs)),
     )
 
@@ -111,15 +62,6 @@ def _places(mine: Sequence[DeviceConfig], claims: Sequence[DeviceConfig]) -> lis
     return places
 
 
-def _stored_config(config: DeviceConfig, order: int) -> dict[str, Any]:
-    return {
-        "source": config.source,
-        "requests": list(config.requests),
-        "parameters": dict(config.parameters),
-        "order": order,
-    }
-
-
 def cdi_names(base: str, more: int) -> list[str]:
     """A device's CDI device names: its own, then one per further CDI device."""
     return [base, *(f"{base}-{n}" for n in range(1, more + 1))]
@@ -138,32 +80,37 @@ def device_records(
     *,
     cdi_kind: str,
 ) -> tuple[DeviceRecord, ...]:
-    """The records of a claim's allocated devices (a device allocated for several
-    requests once, with every request's name), each with its configs in the claim's
-    precedence order."""
+    """The records of a claim's allocated devices, each keeping its device as read and
+    where its configs stand among the claim's ``configs``.
+
+    A device allocated for several requests is one record with every request's name;
+    the backend is handed it once: for the first of those names, with admin access if
+    any result asked for it, the configs of the last result and the other fields of the
+    first.
+    """
     by_device: dict[tuple[str, str, str], DeviceRecord] = {}
     for a in devices:
         key = (a.pool, a.device, a.share_id)
         seen = by_device.get(key)
-        names = tuple(sorted({a.request, *(seen.request_names if seen else ())}))
-        by_device[key] = DeviceRecord(
-            pool=a.pool,
-            device=a.device,
-            request_names=names,
-            cdi_device_ids=(f"{cdi_kind}={cdi_device_name(uid, a)}",),
-            admin_access=a.admin_access or bool(seen and seen.admin_access),
-            share_id=a.share_id,
-            result_fields=seen.result_fields if seen else result_fields(a),
-            backend_state=(
-                {
-                    CONFIGS_KEY: [
-                        _stored_config(c, place)
-                        for c, place in zip(a.configs, _places(a.configs, configs), strict=True)
-                    ]
-                }
-                if a.configs
-                else {}
+        if seen is None:
+            by_device[key] = DeviceRecord(
+                allocated=a,
+                request_names=(a.request,),
+                config_places=tuple(_places(a.configs, configs)),
+                cdi_device_ids=(f"{cdi_kind}={cdi_device_name(uid, a)}",),
+            )
+            continue
+        names = tuple(sorted({a.request, *seen.request_names}))
+        by_device[key] = evolve(
+            seen,
+            allocated=dataclasses.replace(
+                seen.allocated,
+                request=names[0],
+                admin_access=a.admin_access or seen.admin_access,
+                configs=a.configs,
             ),
+            request_names=names,
+            config_places=tuple(_places(a.configs, configs)),
         )
     return tuple(by_device.values())
 

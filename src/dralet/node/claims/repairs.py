@@ -19,7 +19,6 @@ from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import plan
 from dralet.node.claims.group import Route, RouteParts, only, ref_of
 from dralet.node.claims.observe import ClaimView
-from dralet.node.claims.records import allocated
 from dralet.node.claims.store import now_stamp
 from dralet.node.claims.teardown import Teardown
 
@@ -154,7 +153,7 @@ class Repairs(Route):
         every device of every claim asked in one backend hand-over."""
         answers = iter(
             await self.calls.survives_reboot(
-                [(allocated(d), d.prepared_state) for r in records for d in r.devices]
+                [(d.allocated, d.prepared_state) for r in records for d in r.devices]
             )
         )
         results: list[bool | BaseException] = []
