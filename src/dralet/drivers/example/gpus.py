@@ -45,24 +45,31 @@ DEVICE_NODE_HOST_PATH = "/dev/null"
 INFO_MOUNT_DIR = "/run/example-gpu"
 
 
-def _documents(devices_dir: Path) -> dict[str, dict[str, Any]]:
+DEVICES_DIR = "devices"
+"""Under the state dir: one ``<device>.json`` per device held."""
+LOCKS_DIR = "locks"
+"""Under the state dir: one ``gpu-<i>.lock`` per GPU, for its devices' files."""
+
+
+def _load(path: Path) -> dict[str, Any]:
+    """A device's document; empty when it has none (nothing held)."""
+    try:
+        document: dict[str, Any] = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    return document
+
+
+def _device_documents(devices_dir: Path) -> dict[str, dict[str, Any]]:
     """Every device's document (each read whole; together they are not one snapshot)."""
-    documents: dict[str, dict[str, Any]] = {}
-    for path in sorted(devices_dir.glob("*.json")):
-        try:
-            document: dict[str, Any] = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            continue  # given back since the listing
-        if document:
-            documents[path.stem] = document
-    return documents
+    return {p.stem: doc for p in sorted(devices_dir.glob("*.json")) if (doc := _load(p))}
 
 
 def held_devices(state_dir: Path) -> dict[str, str | Sequence[str]]:
     """What the simulated GPUs under ``state_dir`` hold: each device's claim UID, or the
     sorted UIDs of the claims holding a share of it."""
     held: dict[str, str | Sequence[str]] = {}
-    for device, document in _documents(state_dir / "devices").items():
+    for device, document in _device_documents(state_dir / DEVICES_DIR).items():
         if "claim" in document:
             held[device] = document["claim"]
         elif document.get("shares"):
@@ -97,9 +104,9 @@ class SimulatedGPUs:
         self.prepare_delay = dict(prepare_delay or {})
         self._survives_reboot = survives_reboot
         self._health_path = state_dir / "health.json"
-        self._devices_dir = state_dir / "devices"
-        self._locks_dir = state_dir / "locks"
-        for directory in (self._devices_dir, self._locks_dir):
+        self._devices_dir = state_dir / DEVICES_DIR
+        self._locks_dir = state_dir / LOCKS_DIR
+        for directory in (state_dir, self._devices_dir, self._locks_dir):
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._import_single_file()
 
@@ -126,11 +133,7 @@ class SimulatedGPUs:
         return dralet.FileLock(self._locks_dir / f"gpu-{gpu}.lock")
 
     def _read(self, device: str) -> dict[str, Any]:
-        try:
-            document: dict[str, Any] = json.loads(self._path(device).read_bytes())
-        except FileNotFoundError:
-            return {}
-        return document
+        return _load(self._path(device))
 
     def _write(self, device: str, document: Mapping[str, Any]) -> None:
         """The device's file holds ``document``; it is removed when that holds nothing."""
@@ -139,16 +142,15 @@ class SimulatedGPUs:
         else:
             dralet.remove_file(self._path(device))
 
-    def _documents(self) -> dict[str, dict[str, Any]]:
-        return _documents(self._devices_dir)
-
     def in_use(self) -> dict[str, str]:
         """Each device held whole (or as a partition) and its claim's UID."""
-        return {d: doc["claim"] for d, doc in self._documents().items() if "claim" in doc}
+        documents = _device_documents(self._devices_dir)
+        return {device: doc["claim"] for device, doc in documents.items() if "claim" in doc}
 
     def shares(self) -> dict[str, dict[str, dict[str, str]]]:
         """Each shared device's shares: claim UID -> share ID -> memory."""
-        return {d: doc["shares"] for d, doc in self._documents().items() if "shares" in doc}
+        documents = _device_documents(self._devices_dir)
+        return {device: doc["shares"] for device, doc in documents.items() if "shares" in doc}
 
     def mark_in_use(self, device: str, claim_uid: str) -> None:
         """Record ``device`` as held by ``claim_uid`` with no check, as a device taken
