@@ -10,18 +10,19 @@ import fcntl
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dralet.drivers.example.gpus import SimulatedGPUs, held_devices
 from dralet.errors import ClaimError
-from dralet.node.backend import AllocatedDevice, ClaimRef
+from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID
 
 HELD = 100
 
 
 def _ref(index: int) -> ClaimRef:
-    return ClaimRef(f"00000000-0000-4000-8000-{index:012d}", "default", f"c{index}")
+    return ClaimRef(ClaimUID(f"00000000-0000-4000-8000-{index:012d}"), "default", f"c{index}")
 
 
 def _device(name: str, *, share_id: str = "", memory: str = "") -> AllocatedDevice:
@@ -38,15 +39,17 @@ def _files(directory: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the files read through ``Path.read_bytes`` meanwhile."""
+    """The device files opened meanwhile (by name; temp and lock files aside)."""
     seen: list[str] = []
-    real = Path.read_bytes
+    real = os.open
 
-    def read_bytes(self: Path) -> bytes:
-        seen.append(self.name)
-        return real(self)
+    def opened(path: str | Path, flags: int, *args: Any, **kwargs: Any) -> int:
+        name = os.path.basename(path)
+        if name.endswith(".json") and not name.startswith("."):
+            seen.append(name)
+        return real(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(os, "open", opened)
     return seen
 
 

@@ -27,7 +27,10 @@ its ``shareID`` and the memory it consumes (``EXAMPLE_GPU_<index>_SHARE``, ``...
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
+import stat
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,18 +54,37 @@ LOCKS_DIR = "locks"
 """Under the state dir: one ``gpu-<i>.lock`` per GPU, for its devices' files."""
 
 
-def _load(path: Path) -> dict[str, Any]:
-    """A device's document; empty when it has none (nothing held)."""
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _load(path: str | Path) -> dict[str, Any]:
+    """A device's document; empty when it has none (nothing held). Anything but a
+    regular file there was not written by this backend: it is refused, never read."""
     try:
-        document: dict[str, Any] = json.loads(path.read_bytes())
+        fd = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
         return {}
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        data = os.read(fd, info.st_size)  # replaced by rename, never written in place
+    finally:
+        os.close(fd)
+    document: dict[str, Any] = json.loads(data)
     return document
 
 
 def _device_documents(devices_dir: Path) -> dict[str, dict[str, Any]]:
-    """Every device's document (each read whole; together they are not one snapshot)."""
-    return {p.stem: doc for p in sorted(devices_dir.glob("*.json")) if (doc := _load(p))}
+    """Every device's document (each read whole; together they are not one snapshot).
+    Read at every start and audit, one file per device held: kept to a few syscalls."""
+    documents: dict[str, dict[str, Any]] = {}
+    with os.scandir(devices_dir) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".json") and not name.startswith(".") and (doc := _load(entry.path)):
+                documents[name.removesuffix(".json")] = doc
+    return dict(sorted(documents.items()))
 
 
 def held_devices(state_dir: Path) -> dict[str, str | Sequence[str]]:
