@@ -1,4 +1,4 @@
-"""Simulated GPUs: a ``dralet.ClaimBackend`` whose "hardware" is a state file.
+"""Simulated GPUs: a ``dralet.ClaimBackend`` whose "hardware" is a directory of state files.
 
 Each GPU has a UUID, a model, an index and a memory capacity. Preparing one for a claim
 records the claim in the device's own file, ``<state_dir>/devices/<device>.json``
@@ -9,8 +9,9 @@ give-back reads and writes only the files of the device's own GPU, under that GP
 (``<state_dir>/locks/gpu-<i>.lock``, shared by every process using the directory), so it
 costs the same with 1 or 1,000 devices held. Because the record lives outside dralet's
 checkpoint, a device that dralet forgot to release is visible there: that is what makes a
-leak observable in tests. ``health.json`` in the same directory (``{"gpu-1": "reason"}``)
-marks devices unhealthy.
+leak observable in tests. (An earlier release's single ``gpus.json`` is split into these
+files at start.) ``health.json`` in the same directory (``{"gpu-1": "reason"}``) marks
+devices unhealthy.
 
 A claim (or its DeviceClass) may set ``{"mode": "..."}`` in its opaque config; the
 settings apply in precedence order (class before claim, later wins) and the mode is
