@@ -68,7 +68,7 @@ def _spec(uid: str, device: str) -> dict[str, object]:
 def build_node(
     root: Path, claims: int, *, cdi_root: Path, legacy: bool = False
 ) -> tuple[DriverSettings, SimulatedGPUs]:
-    """A node with ``claims`` prepared claims (files written directly, without fsync);
+    """A node with ``claims`` prepared claims (spec files written directly, without fsync);
     with ``legacy`` the records are an older release's ``checkpoint.json``."""
     root.mkdir(parents=True)
     (root / "boot_id").write_text(BOOT_ID + "\n")
@@ -120,7 +120,8 @@ def build_node(
         db.apply([database.Put(r) for r in records.values()])
         db.close()
     backend = SimulatedGPUs(state_dir=root / "gpus", node_name=NODE, count=claims)
-    (root / "gpus" / "gpus.json").write_text(json.dumps({"inUse": in_use}))
+    for device, uid in in_use.items():
+        backend.mark_in_use(device, uid)
     return settings, backend
 
 
@@ -152,7 +153,7 @@ async def time_stale_pass(settings: DriverSettings, backend: SimulatedGPUs) -> f
 async def time_stale_cleanup(settings: DriverSettings, backend: SimulatedGPUs) -> float:
     """One stale-claim cleanup pass that finds every recorded claim gone from the API
     and tears them all down. The devices are ``MemoryDevices`` holding what the example
-    GPUs hold: the example rewrites its whole state file on each release, which is the
+    GPUs hold: the example writes and fsyncs a file on each release, which is the
     example's cost, not dralet's."""
     devices = MemoryDevices(len(backend.in_use()))
     devices.held = dict(backend.in_use())

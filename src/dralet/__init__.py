@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from dralet.allocation.quantity import QuantityError, format_quantity, parse_quantity
     from dralet.cdi.spec import ContainerEdits, DeviceNode, Hook, Mount
     from dralet.errors import ClaimError, PermanentError, TemporaryError
-    from dralet.fsutil import FileLock, atomic_write
+    from dralet.fsutil import FileLock, atomic_write, remove_file
     from dralet.inotify import Inotify, InotifyEvents, InotifyUnavailableError
     from dralet.kubenames import (
         ATTRIBUTE_VALUE_MAX_LENGTH,
@@ -91,6 +91,7 @@ _SOURCES: dict[str, str] = {
     "TemporaryError": "dralet.errors",
     "FileLock": "dralet.fsutil",
     "atomic_write": "dralet.fsutil",
+    "remove_file": "dralet.fsutil",
     "Inotify": "dralet.inotify",
     "InotifyEvents": "dralet.inotify",
     "InotifyUnavailableError": "dralet.inotify",
@@ -200,6 +201,7 @@ __all__ = [
     "parse_quantity",
     "parse_yaml_config",
     "qualified_name_problem",
+    "remove_file",
     "run",
 ]
 

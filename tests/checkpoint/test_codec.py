@@ -72,7 +72,7 @@ async def test_v1_checkpoint_on_disk_is_served_recovered_and_unprepared(tmp_path
     node = EngineNode.create(tmp_path)
     node.settings.plugin_dir.mkdir(parents=True)
     node.settings.checkpoint_path.write_bytes(envelope(v1_document()))
-    node.backend._save({"inUse": {"gpu-1": UID}, "shares": {}})
+    node.backend.mark_in_use("gpu-1", UID)
 
     report = await node.restart().recover()
 

@@ -140,7 +140,7 @@ async def test_device_in_use_without_a_record_is_released(tmp_path: Path) -> Non
     a = node.add_claim("a", "gpu-0")
     await node.prepare(a)
     lost = "11111111-2222-3333-4444-555555555555"
-    node.backend._save({"inUse": {**node.backend.in_use(), "gpu-3": lost}, "shares": {}})
+    node.backend.mark_in_use("gpu-3", lost)
 
     report = await node.restart().recover()
 
@@ -193,8 +193,7 @@ async def _messy_node(root: Path) -> tuple[EngineNode, dict[str, str]]:
     node.restart()
     with crash_at("claim.unprepare.after-started"), pytest.raises(SimulatedCrash):
         await node.unprepare(refs["leaving"])
-    held = {**node.backend.in_use(), "gpu-3": "99999999-0000-0000-0000-000000000000"}
-    node.backend._save({"inUse": held, "shares": {}})
+    node.backend.mark_in_use("gpu-3", "99999999-0000-0000-0000-000000000000")
     return node, {n: r.uid for n, r in refs.items()}
 
 

@@ -25,6 +25,7 @@ from dralet import releases
 from dralet.apiserver import ApiServer
 from dralet.cli import exits, options
 from dralet.cluster import ControlPlane, DriverPaths, DriverProcess, driver_args
+from dralet.drivers.example.gpus import held_devices
 from dralet.kubelet import KubeletClaim, KubeletEmulator, PluginConnection, PrepareResult
 
 __all__ = ["command", "run_demo"]
@@ -103,9 +104,7 @@ def _state(paths: DriverPaths) -> dict[str, Any]:
     if paths.checkpoint.exists():
         data = json.loads(json.loads(paths.checkpoint.read_text())["data"])
         claims = {uid: r["state"] for uid, r in data["claims"].items()}
-    gpus = paths.state_dir / "gpus.json"
-    in_use = json.loads(gpus.read_text())["inUse"] if gpus.exists() else {}
-    return {"checkpoint": claims, "gpus in use": in_use}
+    return {"checkpoint": claims, "gpus in use": held_devices(paths.state_dir)}
 
 
 def _spec_files(paths: DriverPaths) -> list[Path]:

@@ -1,11 +1,17 @@
-"""Simulated GPUs: a ``dralet.ClaimBackend`` whose "hardware" is a state file.
+"""Simulated GPUs: a ``dralet.ClaimBackend`` whose "hardware" is a directory of state files.
 
 Each GPU has a UUID, a model, an index and a memory capacity. Preparing one for a claim
-records the claim in ``<state_dir>/gpus.json`` and injects an env var, a device node
-and a read-only info mount into the container; releasing it clears the record. Because
-the record lives outside dralet's checkpoint, a device that dralet forgot to release
-is visible there: that is what makes a leak observable in tests. ``health.json`` in
-the same directory (``{"gpu-1": "reason"}``) marks devices unhealthy.
+records the claim in the device's own file, ``<state_dir>/devices/<device>.json``
+(``{"claim": "<uid>"}``, or ``{"shares": {"<uid>": {"<shareID>": "<memory>"}}}`` for a
+shared GPU), and injects an env var, a device node and a read-only info mount into the
+container; releasing it removes the record (the file, once nothing is held). A take or
+give-back reads and writes only the files of the device's own GPU, under that GPU's lock
+(``<state_dir>/locks/gpu-<i>.lock``, shared by every process using the directory), so it
+costs the same with 1 or 1,000 devices held. Because the record lives outside dralet's
+checkpoint, a device that dralet forgot to release is visible there: that is what makes a
+leak observable in tests. (An earlier release's single ``gpus.json`` is split into these
+files at start.) ``health.json`` in the same directory (``{"gpu-1": "reason"}``) marks
+devices unhealthy.
 
 A claim (or its DeviceClass) may set ``{"mode": "..."}`` in its opaque config; the
 settings apply in precedence order (class before claim, later wins) and the mode is
@@ -22,22 +28,76 @@ its ``shareID`` and the memory it consumes (``EXAMPLE_GPU_<index>_SHARE``, ``...
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
+import stat
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import dralet
-from dralet.drivers.example.inventory import DeviceName, Layout
+from dralet.drivers.example.inventory import DeviceName, Layout, split_name
 
-__all__ = ["DRIVER_NAME", "SimulatedGPUs"]
+__all__ = ["DRIVER_NAME", "SimulatedGPUs", "held_devices"]
 
 DRIVER_NAME = "gpu.example.com"
 DEFAULT_MODEL = "SIM-H100"
 DEFAULT_MEMORY = "80Gi"
 DEVICE_NODE_HOST_PATH = "/dev/null"
 INFO_MOUNT_DIR = "/run/example-gpu"
+
+
+DEVICES_DIR = "devices"
+"""Under the state dir: one ``<device>.json`` per device held."""
+LOCKS_DIR = "locks"
+"""Under the state dir: one ``gpu-<i>.lock`` per GPU, for its devices' files."""
+
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _load(path: str | Path) -> dict[str, Any]:
+    """A device's document; empty when it has none (nothing held). Anything but a
+    regular file there was not written by this backend: it is refused, never read."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        return {}
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        data = os.read(fd, info.st_size)  # replaced by rename, never written in place
+    finally:
+        os.close(fd)
+    document: dict[str, Any] = json.loads(data)
+    return document
+
+
+def _device_documents(devices_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every device's document (each read whole; together they are not one snapshot).
+    Read at every start and audit, one file per device held: kept to a few syscalls."""
+    documents: dict[str, dict[str, Any]] = {}
+    with os.scandir(devices_dir) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".json") and not name.startswith(".") and (doc := _load(entry.path)):
+                documents[name.removesuffix(".json")] = doc
+    return dict(sorted(documents.items()))
+
+
+def held_devices(state_dir: Path) -> dict[str, str | Sequence[str]]:
+    """What the simulated GPUs under ``state_dir`` hold: each device's claim UID, or the
+    sorted UIDs of the claims holding a share of it."""
+    held: dict[str, str | Sequence[str]] = {}
+    for device, document in _device_documents(state_dir / DEVICES_DIR).items():
+        if "claim" in document:
+            held[device] = document["claim"]
+        elif document.get("shares"):
+            held[device] = sorted(document["shares"])
+    return held
 
 
 class SimulatedGPUs:
@@ -66,10 +126,12 @@ class SimulatedGPUs:
         Layout(count, memory, partitions=partitions, shared=shared)  # refuses a bad one now
         self.prepare_delay = dict(prepare_delay or {})
         self._survives_reboot = survives_reboot
-        self._state_path = state_dir / "gpus.json"
         self._health_path = state_dir / "health.json"
-        self._lock = dralet.FileLock(state_dir / "gpus.lock")
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._devices_dir = state_dir / DEVICES_DIR
+        self._locks_dir = state_dir / LOCKS_DIR
+        for directory in (state_dir, self._devices_dir, self._locks_dir):
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._import_single_file()
 
     @property
     def layout(self) -> Layout:
@@ -85,32 +147,66 @@ class SimulatedGPUs:
             uuid.uuid5(uuid.NAMESPACE_URL, f"dralet-example/{self.node_name}/{name}")
         )
 
-    # The "hardware" state: which claim each GPU is prepared for, and each shared GPU's
-    # shares (claim UID -> share ID -> memory).
+    # The "hardware" state: one document per device, read and written under its GPU's lock.
 
-    def _state(self) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] = json.loads(self._state_path.read_text())
-        except FileNotFoundError:
-            data = {}
-        data.setdefault("inUse", {})
-        data.setdefault("shares", {})
-        return data
+    def _path(self, device: str) -> Path:
+        return self._devices_dir / f"{device}.json"
+
+    def _lock(self, gpu: int) -> dralet.FileLock:
+        return dralet.FileLock(self._locks_dir / f"gpu-{gpu}.lock")
+
+    def _read(self, device: str) -> dict[str, Any]:
+        return _load(self._path(device))
+
+    def _write(self, device: str, document: Mapping[str, Any]) -> None:
+        """The device's file holds ``document``; it is removed when that holds nothing."""
+        if document:
+            dralet.atomic_write(self._path(device), json.dumps(document, sort_keys=True).encode())
+        else:
+            dralet.remove_file(self._path(device))
 
     def in_use(self) -> dict[str, str]:
-        in_use: dict[str, str] = self._state()["inUse"]
-        return in_use
+        """Each device held whole (or as a partition) and its claim's UID."""
+        documents = _device_documents(self._devices_dir)
+        return {device: doc["claim"] for device, doc in documents.items() if "claim" in doc}
 
     def shares(self) -> dict[str, dict[str, dict[str, str]]]:
-        shares: dict[str, dict[str, dict[str, str]]] = self._state()["shares"]
-        return shares
+        """Each shared device's shares: claim UID -> share ID -> memory."""
+        documents = _device_documents(self._devices_dir)
+        return {device: doc["shares"] for device, doc in documents.items() if "shares" in doc}
 
-    def _save(self, state: Mapping[str, Any]) -> None:
-        """Write ``_state()``'s document back (``shares`` only when there are any)."""
-        document: dict[str, Any] = {"inUse": dict(state["inUse"])}
-        if state["shares"]:
-            document["shares"] = dict(state["shares"])
-        dralet.atomic_write(self._state_path, json.dumps(document, sort_keys=True).encode())
+    def mark_in_use(self, device: str, claim_uid: str) -> None:
+        """Record ``device`` as held by ``claim_uid`` with no check, as a device taken
+        behind dralet's back would be (how a test plants a hold dralet does not know of)."""
+        name = split_name(device)
+        if name is None:
+            raise ValueError(f"not a simulated GPU name: {device!r}")
+        with self._lock(name.gpu).hold():
+            self._write(device, {"claim": claim_uid})
+
+    def _import_single_file(self) -> None:
+        """Split an earlier release's single ``gpus.json`` into one file per device (a
+        device's own file, when one exists, is newer and wins), then remove it."""
+        legacy = self.state_dir / "gpus.json"
+        if not legacy.exists():
+            return
+        with dralet.FileLock(self.state_dir / "gpus.lock").hold():
+            try:
+                state: dict[str, Any] = json.loads(legacy.read_bytes())
+            except FileNotFoundError:
+                return  # another process imported it first
+            held: dict[str, dict[str, Any]] = {
+                **{d: {"claim": uid} for d, uid in state.get("inUse", {}).items()},
+                **{d: {"shares": by_claim} for d, by_claim in state.get("shares", {}).items()},
+            }
+            for device, document in held.items():
+                name = split_name(device)
+                if name is None:
+                    continue
+                with self._lock(name.gpu).hold():
+                    if not self._path(device).exists():
+                        self._write(device, document)
+            dralet.remove_file(legacy)
 
     def _name(self, claim: dralet.ClaimRef, device: str) -> DeviceName:
         name = self.layout.parse(device)
@@ -155,10 +251,10 @@ class SimulatedGPUs:
     async def counter_sets(self) -> Sequence[dralet.CounterSet]:
         return self.layout.counter_sets()
 
-    def _conflict(self, in_use: Mapping[str, str], name: DeviceName, claim: str) -> str:
+    def _conflict(self, name: DeviceName, claim: str) -> str:
         """Another claim's hold on the same silicon: the whole GPU for a partition, a
-        partition for the whole GPU. Only the names sharing ``name``'s GPU are looked up,
-        so a take costs the same with 1 or 1,000 devices held."""
+        partition for the whole GPU. Only the files of ``name``'s GPU are read (under its
+        lock, which the caller holds)."""
         whole = f"gpu-{name.gpu}"
         if name.partition is not None:
             others = [whole]
@@ -167,7 +263,7 @@ class SimulatedGPUs:
         else:
             others = []
         for device in others:
-            holder = in_use.get(device)
+            holder = self._read(device).get("claim")
             if holder and holder != claim:
                 return f"{device} is in use by claim {holder} in the hardware"
         return ""
@@ -227,30 +323,31 @@ class SimulatedGPUs:
         memory: str,
     ) -> Path:
         """Mark ``device`` as ``claim``'s (or add its share); its info dir."""
-        with self._lock.hold():
-            state_now = self._state()
-            in_use, shares = state_now["inUse"], state_now["shares"]
+        with self._lock(name.gpu).hold():
+            held = self._read(device.device)
             if shared:
                 if not device.share_id:
                     raise dralet.ClaimError(claim.uid, f"{device.device} is shared: no shareID")
-                mine = shares.setdefault(device.device, {}).setdefault(claim.uid, {})
-                mine[device.share_id] = memory
-                self._save(state_now)
+                mine = held.setdefault("shares", {}).setdefault(claim.uid, {})
+                if mine.get(device.share_id) != memory:
+                    mine[device.share_id] = memory
+                    self._write(device.device, held)
             else:
-                holder = in_use.get(device.device)
+                holder = held.get("claim")
                 if holder and holder != claim.uid and not device.admin_access:
                     raise dralet.ClaimError(
                         claim.uid, f"{device.device} is in use by claim {holder} in the hardware"
                     )
-                conflict = "" if device.admin_access else self._conflict(in_use, name, claim.uid)
+                conflict = "" if device.admin_access else self._conflict(name, claim.uid)
                 if conflict:
                     raise dralet.ClaimError(claim.uid, conflict)
-                if not device.admin_access:
-                    in_use[device.device] = claim.uid
-                    self._save(state_now)
+                if not device.admin_access and holder != claim.uid:
+                    self._write(device.device, {**held, "claim": claim.uid})
         info_dir = self.state_dir / "info" / device.device
-        info_dir.mkdir(parents=True, exist_ok=True)
-        (info_dir / "uuid").write_text(self.device_uuid(device.device) + "\n")
+        uuid_file = info_dir / "uuid"
+        if not uuid_file.exists():  # the UUID never changes: written once
+            info_dir.mkdir(parents=True, exist_ok=True)
+            dralet.atomic_write(uuid_file, (self.device_uuid(device.device) + "\n").encode())
         return info_dir
 
     async def release(
@@ -261,27 +358,25 @@ class SimulatedGPUs:
         await asyncio.to_thread(self._give_back, claim, device)
 
     def _give_back(self, claim: dralet.ClaimRef, device: dralet.AllocatedDevice) -> None:
-        with self._lock.hold():
-            state_now = self._state()
-            in_use, shares = state_now["inUse"], state_now["shares"]
-            mine = shares.get(device.device, {}).get(claim.uid, {})
+        name = split_name(device.device)
+        if name is None:
+            return  # never taken: a take refuses a name that is not a GPU's
+        with self._lock(name.gpu).hold():
+            held = self._read(device.device)
+            mine = held.get("shares", {}).get(claim.uid, {})
             if device.share_id and device.share_id in mine:
                 del mine[device.share_id]
                 if not mine:
-                    del shares[device.device][claim.uid]
-                if not shares[device.device]:
-                    del shares[device.device]
-                self._save(state_now)
-            elif in_use.get(device.device) == claim.uid:
-                del in_use[device.device]
-                self._save(state_now)
+                    del held["shares"][claim.uid]
+                if not held["shares"]:
+                    del held["shares"]
+                self._write(device.device, held)
+            elif held.get("claim") == claim.uid:
+                del held["claim"]
+                self._write(device.device, held)
 
     async def devices_in_use(self) -> Mapping[str, str | Sequence[str]]:
-        state = await asyncio.to_thread(self._state)
-        held: dict[str, str | Sequence[str]] = dict(state["inUse"])
-        for device, by_claim in state["shares"].items():
-            held[device] = sorted(by_claim)
-        return held
+        return await asyncio.to_thread(held_devices, self.state_dir)
 
     async def survives_reboot(
         self, device: dralet.AllocatedDevice, state: Mapping[str, Any]

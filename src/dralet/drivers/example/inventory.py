@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import dralet
 
-__all__ = ["DeviceName", "Layout"]
+__all__ = ["DeviceName", "Layout", "split_name"]
 
 _NAME = re.compile(r"^gpu-(\d+)(?:-part-(\d+))?$")
 SHARE_POLICY = dralet.RequestPolicy(
@@ -31,6 +31,14 @@ class DeviceName:
 
     gpu: int
     partition: int | None = None
+
+
+def split_name(device: str) -> DeviceName | None:
+    """``gpu-<i>`` or ``gpu-<i>-part-<j>`` taken apart, whatever the layout; None otherwise."""
+    match = _NAME.match(device)
+    if match is None:
+        return None
+    return DeviceName(int(match[1]), None if match[2] is None else int(match[2]))
 
 
 @dataclass(frozen=True)
@@ -64,16 +72,13 @@ class Layout:
 
     def parse(self, device: str) -> DeviceName | None:
         """The device's GPU and partition, or None when this node publishes no such device."""
-        match = _NAME.match(device)
-        if match is None:
+        name = split_name(device)
+        if name is None or name.gpu >= self.count:
             return None
-        gpu = int(match[1])
-        part = None if match[2] is None else int(match[2])
-        if gpu >= self.count:
+        part = name.partition
+        if part is not None and (not self.is_partitioned(name.gpu) or part >= self.partitions):
             return None
-        if part is not None and (not self.is_partitioned(gpu) or part >= self.partitions):
-            return None
-        return DeviceName(gpu, part)
+        return name
 
     def counter_sets(self) -> list[dralet.CounterSet]:
         return [
