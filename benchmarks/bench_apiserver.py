@@ -26,7 +26,11 @@ kubelet sees it, and the finalizer removals drained after it), ``--clients`` con
 clients doing one-claim cycles, and the driver's RSS idle and with the batch prepared.
 
     .venv/bin/python benchmarks/bench_apiserver.py [--cycles 200] [--batch 1000]
-        [--profile OUT]
+        [--profile OUT] [--base-src DIR]
+
+``--base-src DIR`` adds a row for the dralet of another source tree (a worktree of an
+earlier commit), measured in the same run: a change is compared with its base on the
+same control plane and the same load.
 
 ``--profile OUT`` samples dralet's process with py-spy during the one-claim cycles, the
 batch's prepare call and its unprepare call until answered (the threads holding the GIL:
@@ -77,6 +81,8 @@ NAMESPACE = "default"
 FINALIZER = f"{DRIVER}/prepared"
 TMPFS = Path("/dev/shm")
 GO_DRIVER_ENV = "DRALET_GO_DRIVER"
+BASE_ROW = "dralet (base)"
+"""The row of ``--base-src``: the same driver from another source tree."""
 GO_QPS = "100000"
 SETUP_CONCURRENCY = 32
 SETTLE_SECONDS = 2.0
@@ -264,7 +270,19 @@ class Figures:
     rss_batch: float = 0.0
 
 
-def dralet_target(cluster: k8scluster.Cluster, count: int, tmpfs: Path) -> Target:
+def dralet_target(
+    cluster: k8scluster.Cluster,
+    count: int,
+    tmpfs: Path,
+    *,
+    name: str = "dralet",
+    prefix: str = "d",
+    src: Path | None = None,
+) -> Target:
+    """``dralet run --driver example``; with ``src``, the dralet of that source tree (its
+    ``src`` folder first on the driver's ``PYTHONPATH``: another commit, measured in the
+    same run)."""
+
     async def start(root: Path) -> tuple[int, Callable[[], Awaitable[None]]]:
         root.mkdir(parents=True)  # noqa: ASYNC240
         paths = DriverPaths(root, driver_name=DRIVER, node_name=NODE)
@@ -274,18 +292,19 @@ def dralet_target(cluster: k8scluster.Cluster, count: int, tmpfs: Path) -> Targe
             gpus=count,
             extra=[
                 "--kubeconfig", str(cluster.admin_kubeconfig),
-                "--cdi-dir", str(tmpfs / "dralet-cdi"),
+                "--cdi-dir", str(tmpfs / f"{prefix}-cdi"),
                 "--log-level", "warning",
-                "--state-dir", str(tmpfs / "dralet-backend"),
+                "--state-dir", str(tmpfs / f"{prefix}-backend"),
             ],
         )  # fmt: skip
-        process = DriverProcess(args, log_path=root / "driver.log", mode="exec")
+        env = {"PYTHONPATH": str(src / "src")} if src is not None else {}
+        process = DriverProcess(args, log_path=root / "driver.log", mode="exec", env=env)
         process.start()
         target.registry = paths.registry_dir
         assert process.pid is not None
         return process.pid, process.terminate
 
-    target = Target("dralet", "d", [f"gpu-{i}" for i in range(count)], start)
+    target = Target(name, prefix, [f"gpu-{i}" for i in range(count)], start)
     return target
 
 
@@ -661,6 +680,11 @@ async def run(args: argparse.Namespace, cluster: k8scluster.Cluster, root: Path)
         server_pids = [cluster.processes[name].pid for name in ("etcd", "kube-apiserver")]
         count = max(args.batch, args.cycles)
         targets = [dralet_target(cluster, count, tmpfs)]
+        if args.base_src:
+            base = Path(args.base_src)
+            targets.append(
+                dralet_target(cluster, count, tmpfs, name=BASE_ROW, prefix="b", src=base)
+            )
         go_driver = Path(args.go_driver) if args.go_driver else None
         if go_driver is not None and go_driver.is_file():
             targets.append(go_target(cluster, go_driver, count, tmpfs))
@@ -701,7 +725,15 @@ def main() -> None:
     parser.add_argument("--kubelet-version", default="1.37")
     parser.add_argument("--profile", default="", help="py-spy collapsed stacks of dralet's cycles")
     parser.add_argument("--go-driver", default=os.environ.get(GO_DRIVER_ENV, ""))
+    parser.add_argument(
+        "--base-src",
+        default="",
+        help="a dralet source tree (e.g. `git worktree add` of an earlier commit) measured "
+        f"in the same run as the row {BASE_ROW!r}",
+    )
     args = parser.parse_args()
+    if args.base_src:  # the driver runs from another folder
+        args.base_src = str(Path(args.base_src).resolve())
     release = (
         k8scluster.find_release(args.release) if args.release else k8scluster.default_release()
     )
