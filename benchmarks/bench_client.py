@@ -6,10 +6,13 @@ its finalizer added and removed by strategic-merge patch, sequentially, by:
 - ``official call_api``: the official client's ``ApiClient.param_serialize`` and
   ``call_api``, raw JSON in and out (no models), as ``dralet.kube`` did before;
 - ``dralet.kube``: ``KubeClient`` (one aiohttp session, auth loaded once);
-- ``bare aiohttp``: a session with the admin's certificate and nothing else.
+- ``bare aiohttp``: a session with the admin's certificate and nothing else;
+- ``httpcore (h11)``: httpcore's connection pool over h11, pure Python, the other async
+  HTTP/1.1 client with a small footprint (left out when httpcore is not installed).
 
 CPU is this process's (user + system) per request; the memory column is the resident
-memory a fresh interpreter gains by importing what each one needs, beyond aiohttp.
+memory a fresh interpreter that imported ssl and asyncio gains by importing what each
+one needs.
 
     .venv/bin/python benchmarks/bench_client.py [--requests 600]
 
@@ -45,18 +48,20 @@ FINALIZER = "gpu.example.com/prepared"
 PATH = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{CLAIM}"
 STRATEGIC = "application/strategic-merge-patch+json"
 IMPORTS = {
-    "official call_api": "import kubernetes.aio.client, kubernetes.aio.config",
+    "official call_api": "import aiohttp, kubernetes.aio.client, kubernetes.aio.config",
     "dralet.kube": "import dralet.kube.client",
-    "bare aiohttp": "",
+    "bare aiohttp": "import aiohttp",
+    "httpcore (h11)": "import httpcore; httpcore.AsyncConnectionPool()",
 }
 
 Call = Callable[[str, str, Any, str], Awaitable[bytes]]
 
 
 def rss_gain(statement: str) -> float:
-    """MiB of resident memory ``statement`` adds to an interpreter that imported aiohttp."""
+    """MiB of resident memory ``statement`` adds to an interpreter that imported ssl and
+    asyncio (what any client here needs)."""
     probe = (
-        "import aiohttp\n"
+        "import asyncio, ssl\n"
         "def rss():\n"
         "    for line in open('/proc/self/status'):\n"
         "        if line.startswith('VmRSS:'):\n"
@@ -140,6 +145,32 @@ async def bare(cluster: k8scluster.Cluster) -> tuple[Call, Callable[[], Awaitabl
     return call, session.close
 
 
+async def pure_python(cluster: k8scluster.Cluster) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    import httpcore
+
+    pool = httpcore.AsyncConnectionPool(ssl_context=admin_ssl(cluster))
+
+    async def call(method: str, path: str, body: Any, content_type: str) -> bytes:
+        response = await pool.request(
+            method,
+            cluster.url + path,
+            headers=[("Content-Type", content_type), ("Accept", "application/json")],
+            content=json.dumps(body).encode() if body is not None else b"",
+        )
+        json.loads(response.content)
+        return response.content
+
+    return call, pool.aclose
+
+
+def httpcore_installed() -> bool:
+    try:
+        import httpcore  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 async def measure(call: Call, requests: int) -> float:
     add = {"metadata": {"finalizers": [FINALIZER]}}
     remove = {"metadata": {"$deleteFromPrimitiveList/finalizers": [FINALIZER]}}
@@ -168,11 +199,16 @@ async def run(cluster: k8scluster.Cluster, requests: int) -> None:
         assert response.status == 201, await response.text()
     await setup.close()
     rows = []
-    for name, make in (
+    clients: list[tuple[str, Callable[[k8scluster.Cluster], Awaitable[tuple[Call, Any]]]]] = [
         ("official call_api", official),
         ("dralet.kube", dralet_client),
         ("bare aiohttp", bare),
-    ):
+    ]
+    if httpcore_installed():
+        clients.append(("httpcore (h11)", pure_python))
+    else:
+        print("(httpcore is not installed: its row is left out)")
+    for name, make in clients:
         call, close = await make(cluster)
         try:
             cpu = await measure(call, requests)
