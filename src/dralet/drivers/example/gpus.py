@@ -58,11 +58,11 @@ LOCKS_DIR = "locks"
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def _load(path: str | Path) -> dict[str, Any]:
+def _load(path: str | Path, *, dir_fd: int | None = None) -> dict[str, Any]:
     """A device's document; empty when it has none (nothing held). Anything but a
     regular file there was not written by this backend: it is refused, never read."""
     try:
-        fd = os.open(path, _READ_FLAGS)
+        fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return {}
     try:
@@ -80,11 +80,16 @@ def _device_documents(devices_dir: Path) -> dict[str, dict[str, Any]]:
     """Every device's document (each read whole; together they are not one snapshot).
     Read at every start and audit, one file per device held: kept to a few syscalls."""
     documents: dict[str, dict[str, Any]] = {}
-    with os.scandir(devices_dir) as entries:
-        for entry in entries:
-            name = entry.name
-            if name.endswith(".json") and not name.startswith(".") and (doc := _load(entry.path)):
-                documents[name.removesuffix(".json")] = doc
+    # Each file opened by name relative to the folder: no path built or walked per file.
+    folder = os.open(devices_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in os.listdir(folder):
+            if not name.endswith(".json") or name.startswith("."):
+                continue  # a temporary file of a write under way, or not this backend's
+            if document := _load(name, dir_fd=folder):
+                documents[name.removesuffix(".json")] = document
+    finally:
+        os.close(folder)
     return dict(sorted(documents.items()))
 
 
