@@ -67,7 +67,9 @@ class _Fresh:
     stamp: cdi_store.SpecStamp | None = None
 
 
-_Late = tuple[_Fresh, asyncio.Future[tuple[PreparedDevice, ...] | Exception]]
+_Outcome = asyncio.Future[tuple[PreparedDevice, ...] | Exception]
+"""The result of a backend prepare that outlasted its group's, once it returns."""
+_Late = tuple[_Fresh, _Outcome]
 """A claim whose backend prepare outlasted its group's, with the future of its result."""
 
 
@@ -236,7 +238,7 @@ class Prepare(Route):
     async def _finish_late(
         self,
         fresh: _Fresh,
-        result: asyncio.Future[tuple[PreparedDevice, ...] | Exception],
+        result: _Outcome,
         failed: list[tuple[_Fresh, Exception]],
         out: list[ClaimRecord | BaseException],
         prepared: Callable[[int, ClaimRecord], None] | None,
@@ -383,7 +385,7 @@ class Prepare(Route):
 
 async def _held_until_returned(
     fresh: _Fresh,
-    result: asyncio.Future[tuple[PreparedDevice, ...] | Exception],
+    result: _Outcome,
     failed: list[tuple[_Fresh, Exception]],
 ) -> None:
     """A late backend prepare of a claim torn down anyway: its states once it returned,
