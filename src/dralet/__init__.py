@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         PreparedDevice,
         Version,
     )
-    from dralet.node.claims.source import ClaimSource
+    from dralet.node.claims.calls import ClaimSource
     from dralet.node.config import ApiSettings, Settings
     from dralet.node.devices import (
         Capacity,
@@ -118,7 +118,7 @@ _SOURCES: dict[str, str] = {
     "DeviceMetadata": "dralet.node.backend",
     "NetworkData": "dralet.node.backend",
     "Version": "dralet.node.backend",
-    "ClaimSource": "dralet.node.claims.source",
+    "ClaimSource": "dralet.node.claims.calls",
     "Capacity": "dralet.node.devices",
     "CounterConsumption": "dralet.node.devices",
     "CounterSet": "dralet.node.devices",

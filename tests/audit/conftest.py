@@ -20,7 +20,7 @@ from dralet.kube import access
 from dralet.kubelet import KubeletClaim
 from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import ClaimEngine
-from dralet.node.claims.source import finalizer_name
+from dralet.node.claims.calls import finalizer_name
 from dralet.node.settings import DriverSettings
 from dralet.testing import node_settings
 from dralet.testing.claims import DRIVER, NODE

@@ -14,7 +14,8 @@ import pytest
 from dralet import kube
 from dralet.checkpoint.model import ClaimState
 from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID
-from dralet.node.claims import ClaimEngine, plan
+from dralet.node.claims import ClaimEngine
+from dralet.node.claims.findings import BY_CLEANUP, BY_START
 from tests import claimstore
 from tests.audit.conftest import FINALIZER, NODE, AuditedNode
 
@@ -146,7 +147,7 @@ async def test_what_audit_plans_is_what_the_next_start_repairs(
         await engine.collect_stale(force=True)
 
     after = {(f.kind, f.subject) for f in (await node.audit()).findings}
-    repaired = {(f.kind, f.subject) for f in findings if f.by in (plan.BY_START, plan.BY_CLEANUP)}
-    left = {(f.kind, f.subject) for f in findings if f.by not in (plan.BY_START, plan.BY_CLEANUP)}
+    repaired = {(f.kind, f.subject) for f in findings if f.by in (BY_START, BY_CLEANUP)}
+    left = {(f.kind, f.subject) for f in findings if f.by not in (BY_START, BY_CLEANUP)}
     assert after == left, f"planned {findings}"
     assert not repaired & after

@@ -24,8 +24,8 @@ from dralet.cluster import ControlPlane
 from dralet.node import factory
 from dralet.node.backend import ClaimBackend, ClaimRef, ClaimUID
 from dralet.node.claims import ClaimEngine
+from dralet.node.claims.calls import Invoker
 from dralet.node.config import Settings
-from dralet.node.invoke import Invoker
 from dralet.node.settings import DriverSettings
 
 ACME = "fpga.acme.example.com"

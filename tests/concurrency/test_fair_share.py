@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dralet.node.backend import ClaimRef, ClaimUID
-from dralet.node.claims.schedule import FairSlots
+from dralet.node.claims.group import FairSlots
 from tests.recovery.nodekit import EngineNode
 
 BIG = 20_000

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dralet import kubelet
-from dralet.node import service
+from dralet.node import registration
 from dralet.protocol.proto import drahealth_v1_pb2, drahealth_v1alpha1_pb2
 
 BOTH = ["v1.DRAPlugin", "v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"]
@@ -41,4 +41,7 @@ def test_health_choice_follows_the_kubelet_release(
 
 
 def test_dralet_advertises_both_health_versions() -> None:
-    assert service.HEALTH_SERVICE_VERSIONS == ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+    assert registration.HEALTH_SERVICE_VERSIONS == (
+        "v1.DRAResourceHealth",
+        "v1alpha1.DRAResourceHealth",
+    )

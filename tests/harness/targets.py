@@ -29,7 +29,7 @@ from dralet.drivers.example import SimulatedGPUs
 from dralet.drivers.hostdev import HostDevices, load_config
 from dralet.drivers.nvidia.backend import NvidiaGpus
 from dralet.drivers.nvidia.nvml import Nvml
-from dralet.node.invoke import held_devices
+from dralet.node.claims.calls import held_devices
 from dralet.node.settings import DriverSettings
 from dralet.testing.strict import StrictBackend
 

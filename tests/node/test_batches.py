@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from dralet import errors
-from dralet.node.batches import BatchThread, in_groups
+from dralet.batches import BatchThread, in_groups
 
 
 class Recorder:

@@ -26,9 +26,9 @@ from dralet.node.backend import (
     DeviceConfig,
     PreparedDevice,
 )
-from dralet.node.claims import source
+from dralet.node.claims import records
+from dralet.node.claims.calls import Invoker
 from dralet.node.claims.records import claim_allocation
-from dralet.node.invoke import Invoker
 from dralet.testing.claims import DRIVER, allocated_claim
 from tests.recovery.nodekit import EngineNode
 
@@ -55,7 +55,7 @@ API_CONFIGS = [
 
 
 def test_configs_are_ordered_class_first_with_their_source_and_requests() -> None:
-    configs = source.driver_configs({"devices": {"config": API_CONFIGS}}, DRIVER)
+    configs = records.driver_configs({"devices": {"config": API_CONFIGS}}, DRIVER)
     assert configs == (
         DeviceConfig("class", (), {"mode": "shared", "class": 1}),
         DeviceConfig("claim", ("r0",), {"mode": "exclusive"}),

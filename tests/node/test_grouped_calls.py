@@ -17,9 +17,8 @@ from dralet import errors, failpoints
 from dralet.cdi.store import SpecStore
 from dralet.checkpoint.model import ClaimState
 from dralet.node.backend import ClaimRef
-from dralet.node.claims import group, states
-from dralet.node.claims.group import each, each_until_late
-from dralet.node.claims.schedule import FairSlots
+from dralet.node.claims import group, records
+from dralet.node.claims.group import FairSlots, each, each_until_late
 from tests.recovery.nodekit import EngineNode, SimulatedCrash, crash_at
 
 CLAIMS = 6
@@ -233,7 +232,7 @@ class _Faults:
 
     def failpoint(self) -> None:
         # The third claim to pass the step (in UID order within the call) errors.
-        failpoints.arm(states.FP_AFTER_BACKEND_PREPARE, "error", nth=3)
+        failpoints.arm(records.FP_AFTER_BACKEND_PREPARE, "error", nth=3)
 
 
 @pytest.fixture
@@ -366,13 +365,13 @@ async def test_a_group_whose_locks_cannot_be_taken_goes_on_claim_by_claim(
 @pytest.mark.parametrize(
     ("operation", "point"),
     [
-        ("prepare", states.FP_AFTER_STARTED),
-        ("prepare", states.FP_AFTER_FINALIZER),
-        ("prepare", states.FP_AFTER_BACKEND_PREPARE),
-        ("prepare", states.FP_AFTER_SPEC),
-        ("unprepare", states.FP_AFTER_UNPREPARE_STARTED),
-        ("unprepare", states.FP_AFTER_RELEASE),
-        ("unprepare", states.FP_AFTER_FINALIZER_REMOVED),
+        ("prepare", records.FP_AFTER_STARTED),
+        ("prepare", records.FP_AFTER_FINALIZER),
+        ("prepare", records.FP_AFTER_BACKEND_PREPARE),
+        ("prepare", records.FP_AFTER_SPEC),
+        ("unprepare", records.FP_AFTER_UNPREPARE_STARTED),
+        ("unprepare", records.FP_AFTER_RELEASE),
+        ("unprepare", records.FP_AFTER_FINALIZER_REMOVED),
     ],
 )
 async def test_a_kill_between_the_steps_of_a_group_leaves_nothing_after_a_start(

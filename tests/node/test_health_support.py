@@ -17,7 +17,7 @@ import pytest
 import dralet
 from dralet.drivers.example import SimulatedGPUs
 from dralet.kubelet import HealthWatch, PluginConnection
-from dralet.node import service
+from dralet.node import registration
 from dralet.protocol.proto import pluginregistration_v1_pb2
 from dralet.testing import running_node
 from dralet.testing.claims import NODE
@@ -26,7 +26,7 @@ from tests.node.conftest import make_settings
 QUICK_RETRY = 0.01
 # Long enough for a kubelet retrying every QUICK_RETRY to try many times.
 WATCH_FOR = 0.3
-DRA_ONLY = list(service.SUPPORTED_VERSIONS)
+DRA_ONLY = list(registration.SUPPORTED_VERSIONS)
 RETRIES_SEEN = 3
 ERRORS_WITHIN = 10.0
 
@@ -78,8 +78,8 @@ async def test_a_backend_with_health_advertises_both_versions(tmp_path: Path) ->
     backend = SimulatedGPUs(state_dir=tmp_path / "gpus", node_name=NODE, count=1)
     async with running_node(make_settings(tmp_path), backend) as node:
         assert list(node.plugin.info.supported_versions) == [
-            *service.SUPPORTED_VERSIONS,
-            *service.HEALTH_SERVICE_VERSIONS,
+            *registration.SUPPORTED_VERSIONS,
+            *registration.HEALTH_SERVICE_VERSIONS,
         ]
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 
 from dralet.checkpoint.model import ClaimRecord, ClaimState
-from dralet.node.claims.observe import ClaimView
-from dralet.node.claims.plan import Action, plan_prepare, plan_repair, plan_unprepare
+from dralet.node.claims.plan import Action, ClaimView, plan_prepare, plan_repair, plan_unprepare
 
 A = Action
 BOOT = "boot-now"

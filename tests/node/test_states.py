@@ -9,7 +9,7 @@ import pytest
 
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
 from dralet.node.backend import AllocatedDevice, DeviceConfig
-from dralet.node.claims import states
+from dralet.node.claims import records
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-it-works.md"
 
@@ -22,28 +22,28 @@ def _docs_block() -> list[str]:
 
 
 def test_the_docs_list_the_steps_in_the_order_of_the_table() -> None:
-    assert _docs_block() == states.lifecycle_lines()
+    assert _docs_block() == records.lifecycle_lines()
 
 
 def test_the_table_is_one_chain_from_none_to_gone() -> None:
-    phase = states.Phase.NONE
-    for transition in states.TRANSITIONS:
+    phase = records.Phase.NONE
+    for transition in records.TRANSITIONS:
         assert transition.before is phase
         phase = transition.after
-    assert phase is states.Phase.GONE
+    assert phase is records.Phase.GONE
 
 
 def test_the_record_proves_how_far_a_prepare_got() -> None:
     device = DeviceRecord(AllocatedDevice(request="r", pool="p", device="gpu-0"))
     record = ClaimRecord("u", "ns", "c", ClaimState.PREPARE_STARTED, devices=(device,))
-    assert states.phase_of(None) is states.Phase.NONE
-    assert states.phase_of(record) is states.Phase.PREPARE_STARTED
+    assert records.phase_of(None) is records.Phase.NONE
+    assert records.phase_of(record) is records.Phase.PREPARE_STARTED
     prepared = record.with_state(
         ClaimState.PREPARE_STARTED, devices=(device.with_prepared_state({"k": 1}),)
     )
-    assert states.phase_of(prepared) is states.Phase.DEVICE_PREPARED
-    assert states.phase_of(prepared, spec_present=True) is states.Phase.SPEC_WRITTEN
-    assert states.phase_of(record.with_state(ClaimState.RELEASED)) is states.Phase.RELEASED
+    assert records.phase_of(prepared) is records.Phase.DEVICE_PREPARED
+    assert records.phase_of(prepared, spec_present=True) is records.Phase.SPEC_WRITTEN
+    assert records.phase_of(record.with_state(ClaimState.RELEASED)) is records.Phase.RELEASED
 
 
 def test_device_state_and_config_are_kept_apart() -> None:
@@ -62,7 +62,7 @@ def test_every_failpoint_of_the_routes_is_named_by_the_table_and_declared() -> N
     from dralet import failpoints
     from dralet.node.claims import prepare, teardown
 
-    named = [point for t in states.TRANSITIONS for point in t.failpoints]
+    named = [point for t in records.TRANSITIONS for point in t.failpoints]
     assert len(named) == len(set(named))
     assert set(named) <= failpoints.known()
     assert all(point.startswith(("claim.prepare.", "claim.unprepare.")) for point in named)
@@ -77,19 +77,19 @@ def test_every_failpoint_of_the_routes_is_named_by_the_table_and_declared() -> N
 
 def test_a_record_moves_only_along_the_table() -> None:
     record = ClaimRecord("u", "ns", "c", ClaimState.PREPARE_STARTED)
-    completed = states.moved(record, ClaimState.PREPARE_COMPLETED)
+    completed = records.moved(record, ClaimState.PREPARE_COMPLETED)
     assert completed.state is ClaimState.PREPARE_COMPLETED
     # A rollback goes down from a prepare that never completed.
-    assert states.moved(record, ClaimState.UNPREPARE_STARTED).state is (
+    assert records.moved(record, ClaimState.UNPREPARE_STARTED).state is (
         ClaimState.UNPREPARE_STARTED
     )
-    down = states.moved(completed, ClaimState.UNPREPARE_STARTED)
-    assert states.moved(down, ClaimState.RELEASED).state is ClaimState.RELEASED
+    down = records.moved(completed, ClaimState.UNPREPARE_STARTED)
+    assert records.moved(down, ClaimState.RELEASED).state is ClaimState.RELEASED
     for before, after in (
         (completed, ClaimState.PREPARE_STARTED),
         (completed, ClaimState.RELEASED),
         (down, ClaimState.PREPARE_COMPLETED),
-        (states.moved(down, ClaimState.RELEASED), ClaimState.UNPREPARE_STARTED),
+        (records.moved(down, ClaimState.RELEASED), ClaimState.UNPREPARE_STARTED),
     ):
-        with pytest.raises(states.TransitionError):
-            states.moved(before, after)
+        with pytest.raises(records.TransitionError):
+            records.moved(before, after)

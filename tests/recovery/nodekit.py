@@ -19,7 +19,7 @@ from dralet.drivers.example import SimulatedGPUs
 from dralet.node import audit
 from dralet.node.backend import AllocatedDevice, ClaimRef, PreparedDevice
 from dralet.node.claims import ClaimEngine, PrepareOutcome
-from dralet.node.claims.source import finalizer_name
+from dralet.node.claims.calls import finalizer_name
 from dralet.node.settings import DriverSettings
 from dralet.testing import (
     MemoryClaims,

@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dralet.node.claims.engine import ClaimEngine
+from dralet.node.claims.findings import ClaimLister, Finding, NodeSnapshot, plan_node, take_snapshot
 from dralet.node.claims.nodewide import RecoveryReport
-from dralet.node.claims.observe import ClaimLister, NodeSnapshot, take_snapshot
-from dralet.node.claims.plan import Finding, plan_node
 
 __all__ = [
     "ClaimLister",

@@ -9,7 +9,7 @@ may call ``prepare_claim`` or ``release_claim`` again for the same claim after a
 ``ClaimBackend`` is claim-level, like the Go helper's ``DRAPlugin.PrepareResourceClaims``
 (k8s.io/dynamic-resource-allocation/kubeletplugin): one call sees all of a claim's
 devices for this driver and its opaque configs in precedence order. Its methods may be
-plain ``def`` (run in a thread pool) or ``async def`` (``dralet.node.invoke`` calls them).
+plain ``def`` (run in a thread pool) or ``async def`` (``dralet.node.claims.calls`` calls them).
 """
 
 from __future__ import annotations

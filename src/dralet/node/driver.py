@@ -29,8 +29,8 @@ from dralet.metrics import DriverMetrics
 from dralet.node import directories, factory
 from dralet.node.backend import ClaimBackend, ClaimRef, DeviceMetadata
 from dralet.node.claims import ClaimSource, RecoveryReport
+from dralet.node.claims.calls import normalize
 from dralet.node.config import Settings
-from dralet.node.invoke import normalize
 from dralet.node.publisher import SlicePublisher
 from dralet.node.runner import BackgroundWork, NodeServer
 

@@ -16,6 +16,10 @@ resourceVersion, or lists again, so it misses no change.
 
 Start it as a named background task with ``start()`` (or spawn ``run()`` yourself) and
 stop it with ``stop()``; cancellation is always re-raised and no task outlives it.
+
+``SlicePublisher`` is over 300 lines on purpose: the watch, the reconcile and the writes
+share one view of the live slices (what the watch delivered and its own writes since),
+and kept in one class that view has one owner.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from dralet.kube.inventory import slice_field_selector
 from dralet.metrics import DriverMetrics
 from dralet.node import devices, published
 from dralet.node.backend import ClaimBackend, HealthStatus
-from dralet.node.invoke import Invoker, normalize
+from dralet.node.claims.calls import Invoker, normalize
 
 if TYPE_CHECKING:
     from dralet.kube.client import KubeClient

@@ -28,12 +28,11 @@ from grpc_health.v1._async import HealthServicer
 from dralet import errors
 from dralet.checkpoint import database
 from dralet.metrics import DriverMetrics
-from dralet.node import directories, service, sockets
+from dralet.node import directories, registration, resourcehealth, service, sockets
 from dralet.node.backend import ClaimBackend, ClaimRef, DeviceMetadata, HealthNotSupported
 from dralet.node.claims import ClaimEngine, ClaimSource, EventSink, RecoveryReport, metadataupdate
-from dralet.node.invoke import Invoker, normalize
+from dralet.node.claims.calls import Invoker, normalize
 from dralet.node.settings import DriverSettings
-from dralet.node.tasks import TaskSet
 from dralet.protocol import wire
 from dralet.protocol.proto import (
     dra_v1_pb2,
@@ -42,6 +41,7 @@ from dralet.protocol.proto import (
     drahealth_v1alpha1_pb2,
     pluginregistration_v1_pb2,
 )
+from dralet.tasks import TaskSet
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -124,10 +124,10 @@ class NodeServer:
         self.engine = ClaimEngine(
             settings, backend=self.backend, claims=claims, metrics=self.metrics
         )
-        self.registration = service.RegistrationServicer(
+        self.registration = registration.RegistrationServicer(
             driver_name=settings.driver_name,
             endpoint=str(settings.dra_socket),
-            versions=(*service.SUPPORTED_VERSIONS, *service.HEALTH_SERVICE_VERSIONS),
+            versions=(*registration.SUPPORTED_VERSIONS, *registration.HEALTH_SERVICE_VERSIONS),
         )
         self.health = HealthServicer()
         self.reports_health = True
@@ -169,7 +169,7 @@ class NodeServer:
             await self._report("CheckpointCorrupt", self.engine.fail_closed)
         self.reports_health = await self._backend_reports_health()
         if not self.reports_health:
-            self.registration.versions = service.SUPPORTED_VERSIONS
+            self.registration.versions = registration.SUPPORTED_VERSIONS
             log.info("the backend does not report device health: no health service advertised")
         await self._start_dra_server()
         await self._start_registration_server()
@@ -252,12 +252,12 @@ class NodeServer:
         }
         wire.add_service(
             server,
-            service.ResourceHealthV1Servicer(self.backend, **health),
+            resourcehealth.ResourceHealthV1Servicer(self.backend, **health),
             _service(drahealth_v1_pb2, "DRAResourceHealth"),
         )
         wire.add_service(
             server,
-            service.ResourceHealthServicer(self.backend, **health),
+            resourcehealth.ResourceHealthServicer(self.backend, **health),
             _service(drahealth_v1alpha1_pb2, "DRAResourceHealth"),
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

@@ -32,6 +32,8 @@ class DriverSettings:
     """Where per-claim CDI spec files go (read by the container runtime)."""
     cdi_class: str = "claim"
     """Class part of the CDI kind ``<driver>/<class>``; device names embed the claim UID."""
+    cdi_kind: str = field(init=False, default="")
+    """``<driver>/<class>``, set from the two (every claim's spec and CDI names carry it)."""
     pool_name: str = ""
     """ResourceSlice pool of this node's devices (default: the node name)."""
     pod_uid: str = ""
@@ -126,10 +128,7 @@ class DriverSettings:
             object.__setattr__(self, name, getattr(self, name).absolute())
         if self.backend_state_dir is not None:
             object.__setattr__(self, "backend_state_dir", self.backend_state_dir.absolute())
-
-    @property
-    def cdi_kind(self) -> str:
-        return f"{self.driver_name}/{self.cdi_class}"
+        object.__setattr__(self, "cdi_kind", f"{self.driver_name}/{self.cdi_class}")
 
     @property
     def dra_socket(self) -> Path:

@@ -26,7 +26,7 @@ from dralet.kubelet import (
     UnprepareResult,
 )
 from dralet.node.backend import ClaimBackend
-from dralet.node.claims.source import ClaimSource
+from dralet.node.claims.calls import ClaimSource
 from dralet.node.runner import NodeServer
 from dralet.node.settings import DriverSettings
 from dralet.testing.claims import DRIVER, NODE, MemoryClaims

@@ -43,7 +43,7 @@ from dralet.node.backend import (
     PartialPrepareError,
     PreparedDevice,
 )
-from dralet.node.invoke import Invoker
+from dralet.node.claims.calls import Invoker
 
 __all__ = ["StrictBackend"]
 

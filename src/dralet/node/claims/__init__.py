@@ -14,16 +14,10 @@ recorded) · ``states`` (the lifecycle table: failpoints, allowed record states)
 port and its pure checks).
 """
 
+from dralet.node.claims.calls import ClaimSource, EventSink, finalizer_name
 from dralet.node.claims.engine import ClaimEngine, Mode, PrepareOutcome
 from dralet.node.claims.nodewide import RecoveryReport
-from dralet.node.claims.source import (
-    ClaimSource,
-    EventSink,
-    Staleness,
-    finalizer_name,
-    select_allocation,
-    staleness,
-)
+from dralet.node.claims.records import Staleness, select_allocation, staleness
 
 __all__ = [
     "ClaimEngine",

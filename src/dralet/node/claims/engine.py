@@ -1,20 +1,16 @@
 """The claim engine: the ONE owner of claim state on a node, and its RPC paths.
 
-Every path is observe → plan → execute under the claim's lock. A claim UID from
-``NodePrepareResources`` to its CDI file and record:
-
-    service._DRAImplementation.prepare → service.parse_claims (the edge's checks)
-    ClaimEngine.prepare → schedule.Scheduler.run (groups on fairly shared slots)
-    _prepare_group (the group's claim locks, Observer.group → plan.plan_prepare)
-        → prepare.Prepare.prepare_fresh_many (each step once for the whole group)
-        → RecordStore.intents/put_many (one commit each) / SpecWriter.write_many (the
-          CDI files) → answers.answer_grouped (errors acted on, per claim)
-    A claim with interrupted work to finish first, or one that failed temporarily, goes
-    on alone: _one → _prepare_claim (claim lock, retries) → _prepare_planned.
-    Unprepare runs the same way: _unprepare_group → teardown.Teardown.teardown_many.
+Every path is observe → plan → execute under the claim's lock, and every claim gets its
+own answer: the error taxonomy (``dralet.errors``) is acted on here (``failure``), and
+a temporary failure is retried by one rule (``retry_in``), for claims of a group and
+claims alone. A call's claims run in groups (``group.Scheduler``); a group's fresh
+claims are prepared together (``prepare.Prepare.prepare_fresh_many``) or torn down
+together (``teardown.Teardown.teardown_many``). A claim with interrupted work to finish
+first, or one that failed temporarily, goes on alone (``_one``). docs/how-it-works.md
+names every file one prepare runs code in.
 
 Recovery at start, stale-claim cleanup and ``dralet audit --fix`` (``nodewide``) plan
-with the same ``plan`` functions and execute through the same routes.
+with the same ``plan`` rules and execute through the same routes.
 """
 
 from __future__ import annotations
@@ -30,11 +26,13 @@ from typing import TypeVar
 from dralet import errors, logs
 from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord
+from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef
-from dralet.node.claims import answers, nodewide, plan
-from dralet.node.claims.observe import ClaimView, Mode
+from dralet.node.claims import nodewide, plan
+from dralet.node.claims.findings import Finding
+from dralet.node.claims.group import Alone, Call, Held, PrepareOutcome, Scheduler
 from dralet.node.claims.parts import Parts
-from dralet.node.claims.schedule import Alone, Call, Held, PrepareOutcome, Scheduler
+from dralet.node.claims.plan import ClaimView, Mode
 
 __all__ = ["ClaimEngine", "Mode", "PrepareOutcome"]
 
@@ -53,6 +51,107 @@ _A = TypeVar("_A")
 _Early = Callable[[int, ClaimRecord | None], None]
 """Told each claim of a group as soon as it is done (its index in the group): its
 record when prepared, None when gone."""
+
+
+def outcome_of(_: ClaimRef, result: ClaimRecord | BaseException | None) -> PrepareOutcome:
+    """A grouped claim's answer: the devices it was prepared with (nothing for an
+    unprepare), or its error raised."""
+    if isinstance(result, BaseException):
+        raise result
+    return PrepareOutcome(devices=result.devices if result is not None else ())
+
+
+def failure(operation: str, ref: ClaimRef, exc: Exception) -> PrepareOutcome:
+    """A claim's answer for the error its work failed with (never Irreversible)."""
+    if isinstance(exc, errors.TemporaryError):
+        return PrepareOutcome(error=f"{operation} failed temporarily: {exc}; retry")
+    if isinstance(exc, errors.DraletError):
+        message = str(exc)
+        if not message.startswith(operation):  # say what failed once, never twice
+            message = f"{operation} failed: {message}"
+        log.warning("%s", message, extra={"claim_uid": ref.uid})
+        return PrepareOutcome(error=str(exc))
+    log.error(
+        "%s failed unexpectedly",
+        operation,
+        exc_info=(type(exc), exc, exc.__traceback__),
+        extra={"claim_uid": ref.uid},
+    )
+    return PrepareOutcome(error=f"{operation} failed: {type(exc).__name__}: {exc}")
+
+
+def prepared(ref: ClaimRef, view: ClaimView) -> PrepareOutcome:
+    """A claim prepared already: its devices, if the kubelet names it as recorded."""
+    record = view.record
+    assert record is not None
+    if (record.namespace, record.name) != (ref.namespace, ref.name):
+        raise errors.ClaimError(
+            ref.uid,
+            f"claim UID {ref.uid} is prepared as {record.namespace}/{record.name}, "
+            f"not {ref.namespace}/{ref.name}",
+        )
+    return PrepareOutcome(devices=record.devices)
+
+
+def retry_in(exc: Exception, deadline: float) -> float | None:
+    """The seconds after which a prepare that failed with ``exc`` is tried again, or
+    None: not a ``TemporaryError``, or its delay would pass the call's ``deadline``
+    (monotonic seconds; it is then answered as retryable)."""
+    if not isinstance(exc, errors.TemporaryError) or time.monotonic() + exc.delay >= deadline:
+        return None
+    log.info("prepare failed temporarily (%s); retrying in %g s", exc, exc.delay)
+    return exc.delay
+
+
+def retry_grouped(call: Call, ref: ClaimRef, result: object) -> float | None:
+    """A grouped prepare's temporary failure: after how long it goes on alone."""
+    if call.operation != "prepare" or not isinstance(result, Exception):
+        return None
+    with logs.bind(claim_uid=ref.uid, claim=f"{ref.namespace}/{ref.name}"):
+        return retry_in(result, call.deadline)
+
+
+def answer_grouped(
+    metrics: DriverMetrics,
+    call: Call,
+    ref: ClaimRef,
+    started: float,
+    answer: Callable[[ClaimRef, _A], PrepareOutcome],
+    given: _A,
+) -> None:
+    """Record a group's claim's answer (the error taxonomy acted on) and its metric."""
+    try:
+        outcome = answer(ref, given)
+    except Exception as exc:  # noqa: BLE001 - the claim's answer
+        with logs.bind(claim_uid=ref.uid, claim=f"{ref.namespace}/{ref.name}"):
+            outcome = failure(call.operation, ref, exc)
+    call.answered(ref.uid, outcome)
+    result = "error" if outcome.error else "success"
+    metrics.operation_done(call.operation, result, time.perf_counter() - started)
+
+
+async def answer_alone(
+    metrics: DriverMetrics,
+    operation: str,
+    ref: ClaimRef,
+    deadline: float,
+    one: Callable[[ClaimRef, float], Awaitable[PrepareOutcome]],
+) -> PrepareOutcome:
+    """The error taxonomy, acted on: temporary → retryable answer, claim/permanent →
+    that claim's error, irreversible → up to the RPC (Internal), anything else → a
+    per-claim error naming its type (a bug, logged with its traceback)."""
+    started = time.perf_counter()
+    result = "error"
+    try:
+        outcome = await one(ref, deadline)
+        result = "success" if not outcome.error else "error"
+        return outcome
+    except errors.GOES_UP:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the claim's answer
+        return failure(operation, ref, exc)
+    finally:
+        metrics.operation_done(operation, result, time.perf_counter() - started)
 
 
 class ClaimEngine(Parts):
@@ -93,7 +192,7 @@ class ClaimEngine(Parts):
         # Every log line of this claim's work carries the claim (the RPC's request id is
         # already bound: tasks inherit the caller's context).
         with logs.bind(claim_uid=ref.uid, claim=f"{ref.namespace}/{ref.name}"):
-            return await answers.answer_alone(self.metrics, call.operation, ref, call.deadline, one)
+            return await answer_alone(self.metrics, call.operation, ref, call.deadline, one)
 
     async def _prepare_group(
         self, call: Call, group: Sequence[ClaimRef], held: Held
@@ -106,7 +205,7 @@ class ClaimEngine(Parts):
             if actions == [plan.Action.PREPARE]:
                 return _Route.TOGETHER
             if actions == [plan.Action.ANSWER_PREPARED]:
-                return answers.prepared
+                return prepared
             return _Route.ALONE
 
         async def run(
@@ -144,7 +243,7 @@ class ClaimEngine(Parts):
             )
             for (ref, _), result in zip(together, results, strict=True):
                 if result is None:
-                    self.stale.forget(ref.uid)
+                    self.stale_since.pop(ref.uid, None)
             return results
 
         return await self._run_group(call, group, held, sort, run)
@@ -173,12 +272,12 @@ class ClaimEngine(Parts):
         answered: set[str] = set()  # (not call.outcomes: a UID may recur in a later group)
 
         def answer(ref: ClaimRef, how: Callable[[ClaimRef, _A], PrepareOutcome], given: _A) -> None:
-            answers.answer_grouped(self.metrics, call, ref, started, how, given)
+            answer_grouped(self.metrics, call, ref, started, how, given)
             answered.add(ref.uid)
             held.give_back()
 
         def early(index: int, record: ClaimRecord | None) -> None:
-            answer(together[index][0], answers.outcome_of, record)
+            answer(together[index][0], outcome_of, record)
 
         together: list[tuple[ClaimRef, ClaimView]] = []
         alone: list[Alone] = []
@@ -193,7 +292,7 @@ class ClaimEngine(Parts):
                 views = await self.observer.group(uids)
                 for ref, view in zip(group, views, strict=True):
                     if isinstance(view, BaseException):
-                        answer(ref, answers.outcome_of, view)
+                        answer(ref, outcome_of, view)
                         continue
                     sorted_as = sort(view)
                     if sorted_as is _Route.TOGETHER:
@@ -220,14 +319,14 @@ class ClaimEngine(Parts):
                 continue  # answered as soon as it was done
             if isinstance(result, BaseException) and errors.goes_up(result):
                 call.failed_irreversibly(result)
-            elif (delay := answers.retry_grouped(call, ref, result)) is not None:
+            elif (delay := retry_grouped(call, ref, result)) is not None:
                 alone.append((ref, delay))
             else:
-                answer(ref, answers.outcome_of, result)
+                answer(ref, outcome_of, result)
         return alone
 
     def _nothing_to_unprepare(self, ref: ClaimRef, _: ClaimView) -> PrepareOutcome:
-        self.stale.forget(ref.uid)
+        self.stale_since.pop(ref.uid, None)
         return PrepareOutcome()
 
     async def _prepare_claim(self, ref: ClaimRef, deadline: float) -> PrepareOutcome:
@@ -238,7 +337,7 @@ class ClaimEngine(Parts):
                 async with self.store.claim_lock(ref.uid):
                     return await self._prepare_planned(ref)
             except errors.TemporaryError as exc:
-                delay = answers.retry_in(exc, deadline)
+                delay = retry_in(exc, deadline)
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)
@@ -247,7 +346,7 @@ class ClaimEngine(Parts):
         view = await self.observer.one(ref.uid)
         for action in plan.plan_prepare(view):
             if action is plan.Action.ANSWER_PREPARED:
-                return answers.prepared(ref, view)
+                return prepared(ref, view)
             if action is plan.Action.REFUSE:
                 raise errors.ClaimError(ref.uid, f"not preparing new claims: {view.fail_closed}")
             if action is plan.Action.PREPARE:
@@ -266,7 +365,7 @@ class ClaimEngine(Parts):
                         await self.store.drop(ref.uid)  # this claim's unusable record
                 else:
                     await self.repairs.run_step(action, view, reason="unprepare")
-            self.stale.forget(ref.uid)
+            self.stale_since.pop(ref.uid, None)
         return PrepareOutcome()
 
     async def settled(self) -> None:
@@ -291,7 +390,7 @@ class ClaimEngine(Parts):
         """Unprepare claims whose ResourceClaim is gone, replaced or no longer ours."""
         return await nodewide.collect_stale(self, now=now, force=force)
 
-    async def fix(self, findings: Sequence[plan.Finding]) -> nodewide.RecoveryReport:
+    async def fix(self, findings: Sequence[Finding]) -> nodewide.RecoveryReport:
         """Execute the planned step of every finding (``dralet audit --fix``)."""
         return await nodewide.fix(self, findings)
 

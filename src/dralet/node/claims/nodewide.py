@@ -1,8 +1,8 @@
 """Node-wide work through the planner: recovery at start, stale-claim cleanup, audit --fix.
 
-Recovery and ``audit --fix`` take a snapshot and plan with ``plan.plan_node`` (the
+Recovery and ``audit --fix`` take a snapshot and plan with ``plan_node`` (the
 same plan ``dralet audit`` prints); the stale-claim pass reads each recorded claim from
-the API and plans it with ``plan.plan_stale`` (the rule ``plan_node`` applies to the
+the API and plans it with ``plan_stale`` (the rule ``plan_node`` applies to the
 claims it lists) and ``plan.plan_repair``. Each claim's steps run under that claim's
 lock after observing it again there (``Observer``): another driver instance may have
 moved it on. All of it works on the engine's ``Parts``, never on the engine.
@@ -29,10 +29,20 @@ from dralet.checkpoint import storefiles
 from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.node.backend import ClaimRef, ClaimUID
-from dralet.node.claims import plan, source
+from dralet.node.claims import calls, plan
+from dralet.node.claims.findings import (
+    BY_FIX,
+    BY_START,
+    Finding,
+    lost_store_hint,
+    plan_node,
+    plan_stale,
+    steps_of,
+    take_snapshot,
+)
 from dralet.node.claims.group import each
-from dralet.node.claims.observe import ClaimView, take_snapshot
 from dralet.node.claims.parts import Parts
+from dralet.node.claims.plan import ClaimView
 
 __all__ = [
     "RecoveryReport",
@@ -100,7 +110,7 @@ async def _recover(parts: Parts, *, retry_later: bool) -> RecoveryReport:
     snapshot = await take_snapshot(
         parts.settings, backend=parts.backend, records=records, trust_stamps=True
     )
-    findings = plan.steps_of(plan.plan_node(snapshot), by=frozenset({plan.BY_START}))
+    findings = steps_of(plan_node(snapshot), by=frozenset({BY_START}))
     await _execute(parts, findings, report, known=records)
     await _try(parts, report, "checkpoint", lambda: asyncio.to_thread(parts.store.checkpoint))
     for action, times in collections.Counter(a for a, _ in report.actions).items():
@@ -133,7 +143,7 @@ def _defer(parts: Parts, report: RecoveryReport, subject: str, exc: BaseExceptio
 
 async def _execute(
     parts: Parts,
-    findings: Sequence[plan.Finding],
+    findings: Sequence[Finding],
     report: RecoveryReport,
     *,
     known: Snapshot | None = None,
@@ -142,7 +152,7 @@ async def _execute(
     # claims are prepared), so their durable writes share commits and fsyncs.
     slots = asyncio.Semaphore(parts.settings.max_parallel_claims)
 
-    async def one(finding: plan.Finding) -> None:
+    async def one(finding: Finding) -> None:
         async def step() -> None:
             report.add(*await _run_finding(parts, finding, plan.Action(finding.action)))
 
@@ -158,7 +168,7 @@ async def _execute(
 
 async def _run_finding(
     parts: Parts,
-    finding: plan.Finding,
+    finding: Finding,
     action: plan.Action,
 ) -> tuple[str, str]:
     if action is plan.Action.RELEASE_ORPHAN_DEVICE:
@@ -320,7 +330,7 @@ async def _recover_corrupt(
             kept,
         )
         return report
-    parts.mode.fail_closed = f"{exc} (copy kept at {kept}); {plan.lost_store_hint(len(specs))}"
+    parts.mode.fail_closed = f"{exc} (copy kept at {kept}); {lost_store_hint(len(specs))}"
     report.fail_closed = parts.mode.fail_closed
     log.error("failing closed: %s", parts.mode.fail_closed)
     return report
@@ -340,7 +350,7 @@ async def collect_stale(
 
 
 async def _collect_stale(parts: Parts, *, now: float | None, force: bool) -> list[str]:
-    if parts.mode.fail_closed or isinstance(parts.calls.claims, source.NoClaimSource):
+    if parts.mode.fail_closed or isinstance(parts.calls.claims, calls.NoClaimSource):
         return []  # without the API, nothing can be proven stale
     current = time.monotonic() if now is None else now
     records = sorted((await asyncio.to_thread(parts.store.snapshot)).checkpoint.claims.items())
@@ -362,13 +372,13 @@ async def _collect_stale(parts: Parts, *, now: float | None, force: bool) -> lis
                 raise claim
             log.warning("could not read claim %s for stale-claim cleanup: %s", uid, claim)
             continue
-        stale = plan.plan_stale(
+        stale = plan_stale(
             record, claim, driver=parts.settings.driver_name, pool=parts.settings.pool_name
         )
         if stale is None:
-            parts.stale.forget(uid)
+            parts.stale_since.pop(uid, None)
             continue
-        first_seen = parts.stale.first_seen(uid, current)
+        first_seen = parts.stale_since.setdefault(uid, current)
         if force or current - first_seen >= parts.settings.stale_claim_grace:
             stale_now.append((uid, stale.message))
 
@@ -440,7 +450,7 @@ async def _clean(parts: Parts, group: Sequence[tuple[str, str]]) -> list[str | B
             found[index] = error
             continue
         found[index] = uid
-        parts.stale.forget(uid)
+        parts.stale_since.pop(uid, None)
         parts.metrics.stale_claim_cleanups.inc()
     return found
 
@@ -451,7 +461,7 @@ def _record_of(view: ClaimView | BaseException) -> ClaimRecord:
     return view.record
 
 
-async def fix(parts: Parts, findings: Sequence[plan.Finding]) -> RecoveryReport:
+async def fix(parts: Parts, findings: Sequence[Finding]) -> RecoveryReport:
     """``dralet audit --fix``: the findings' planned steps, through recovery's own code."""
     report = await recover(parts)
     if report.fail_closed:
@@ -459,5 +469,5 @@ async def fix(parts: Parts, findings: Sequence[plan.Finding]) -> RecoveryReport:
     if any(f.action == plan.Action.UNPREPARE_STALE for f in findings):
         for uid in await collect_stale(parts, force=True):
             report.add("stale-claim-unprepared", uid)
-    await _execute(parts, plan.steps_of(findings, by=frozenset({plan.BY_FIX})), report)
+    await _execute(parts, steps_of(findings, by=frozenset({BY_FIX})), report)
     return report

@@ -14,37 +14,29 @@ from dralet import errors
 from dralet.cdi import store as cdi_store
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimBackend
-from dralet.node.claims import devicemetadata, plan
-from dralet.node.claims.calls import Calls
+from dralet.node.claims import devicemetadata
+from dralet.node.claims.calls import (
+    Calls,
+    ClaimSource,
+    DeviceStatusWriter,
+    Invoker,
+    NoClaimSource,
+    finalizer_name,
+    normalize,
+)
+from dralet.node.claims.findings import lost_store_hint, read_boot_id
 from dralet.node.claims.group import RouteParts
-from dralet.node.claims.observe import Mode, Observer, read_boot_id
+from dralet.node.claims.plan import Mode, Observer
 from dralet.node.claims.prepare import Prepare
 from dralet.node.claims.repairs import Repairs
-from dralet.node.claims.source import ClaimSource, DeviceStatusWriter, NoClaimSource, finalizer_name
-from dralet.node.claims.specio import SpecWriter
-from dralet.node.claims.store import RecordStore
+from dralet.node.claims.store import RecordStore, SpecWriter
 from dralet.node.claims.teardown import OwedRemovals, Teardown
-from dralet.node.invoke import Invoker, normalize
 from dralet.node.settings import DriverSettings
-from dralet.node.tasks import TaskSet
+from dralet.tasks import TaskSet
 
-__all__ = ["Parts", "StaleWatch"]
+__all__ = ["Parts"]
 
 log = logging.getLogger("dralet.node.claims")
-
-
-class StaleWatch:
-    """When each claim was first seen stale: it is cleaned up only once it has looked
-    stale for ``stale_claim_grace`` seconds (the kubelet normally unprepares it first)."""
-
-    def __init__(self) -> None:
-        self._since: dict[str, float] = {}
-
-    def first_seen(self, uid: str, now: float) -> float:
-        return self._since.setdefault(uid, now)
-
-    def forget(self, uid: str) -> None:
-        self._since.pop(uid, None)
 
 
 class Parts:
@@ -99,7 +91,10 @@ class Parts:
             mode=self.mode,
             corrupt=self.enter_fail_closed,
         )
-        self.stale = StaleWatch()
+        self.stale_since: dict[str, float] = {}
+        """Claim UID → when it was first seen stale: it is cleaned up only once it has
+        looked stale for ``stale_claim_grace`` seconds (the kubelet normally unprepares it
+        first)."""
         self.pending_recovery: set[str] = set()
         """Claims whose recovery step failed (disk full, read-only); retried with backoff."""
 
@@ -123,6 +118,6 @@ class Parts:
             return
         kept = self.store.keep_aside(exc.path)
         reason = f"{exc} (copy kept at {kept})" if kept else str(exc)
-        self.mode.fail_closed = f"{reason}; {plan.lost_store_hint(len(self.specs.scan()))}"
+        self.mode.fail_closed = f"{reason}; {lost_store_hint(len(self.specs.scan()))}"
         self.metrics.checkpoint_errors.labels("corrupt").inc()
         log.error("claim store unusable, failing closed: %s", self.mode.fail_closed)

@@ -1,35 +1,42 @@
-"""The planner: what to do about a claim (or the whole node), from an observation. Pure.
+"""One claim's observation and plan: what is true of it now, read under its lock and
+changing nothing, and what to do about it (pure).
 
-Prepare, unprepare, recovery at start, stale-claim cleanup, fail-closed handling and
-``dralet audit`` all decide here. A ``Finding`` of ``dralet audit`` is a planned step
-that was not executed: its ``action`` is what ``--fix`` (and, for ``by="start"`` and
-``by="cleanup"``, the next start or the stale-claim loop) executes through the engine.
+``Observer`` reads every claim observed in the same turn of the event loop in one query
+and looks up their files together; a ``ClaimView`` is what it saw, with the boot ID and
+fail-closed status, so the planner decides on them like on anything else observed. The
+``plan_*`` functions turn a view into ``Action``s that prepare, teardown and the repairs
+execute. The whole node's observation and plan (recovery, stale claims, ``dralet
+audit``) is ``findings``'s, over the same rules.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from dralet.cdi import names as cdi_names
-from dralet.cdi import spec as cdi_spec
+from dralet import errors
+from dralet.batches import settle_future
+from dralet.cdi import store as cdi_store
+from dralet.checkpoint.database import Snapshot
 from dralet.checkpoint.model import ClaimRecord, ClaimState
-from dralet.node.backend import ClaimRef, ClaimUID
-from dralet.node.claims import source
-from dralet.node.claims.observe import ClaimView, NodeSnapshot
+from dralet.node.claims.devicemetadata import MetadataFiles
+from dralet.node.claims.store import RecordStore
+from dralet.tasks import TaskSet
 
 __all__ = [
-    "ACCEPT_LOST_STORE",
     "Action",
-    "Finding",
-    "lost_store_hint",
-    "plan_node",
+    "ClaimView",
+    "Mode",
+    "Observer",
+    "artifacts_present",
+    "metadata_on_node",
     "plan_prepare",
     "plan_repair",
-    "plan_stale",
     "plan_unprepare",
+    "rewrite_spec",
 ]
 
 
@@ -55,83 +62,34 @@ class Action(enum.StrEnum):
     UNPREPARE_FROM_PROOF = "unprepare-from-proof"
 
 
-ACCEPT_LOST_STORE = "dralet audit --fix --accept-lost-store"
-"""How an operator says the claim records are lost for good (``nodewide.accept_lost_store``)."""
+@dataclass
+class Mode:
+    """Serving (``fail_closed`` empty) or failing closed: the checkpoint is not trusted,
+    new prepares are refused, unprepare works from what the CDI dir and backend prove.
+    One per engine, changed in place (every part that reads it sees the change)."""
 
-
-def lost_store_hint(specs: int) -> str:
-    """What an operator reads on a node failing closed: what works and how to go on."""
-    return (
-        f"{specs} claims still have CDI specs and are unprepared from them; new prepares "
-        "resume once the node holds nothing of this driver and it restarts, or after "
-        f"`{ACCEPT_LOST_STORE} --driver NAME` (the records are lost for good: the rest "
-        "of their claims is then removed from the node)"
-    )
-
-
-BY_START = "start"
-BY_CLEANUP = "cleanup"
-BY_FIX = "fix"
-_BY: dict[Action, str] = {
-    Action.ROLL_BACK: BY_START,
-    Action.FINISH_UNPREPARE: BY_START,
-    Action.RETRY_FINALIZER_REMOVAL: BY_START,
-    Action.REWRITE_SPEC: BY_START,
-    Action.REVALIDATE: BY_START,
-    Action.REMOVE_ORPHAN_SPEC: BY_START,
-    Action.RELEASE_ORPHAN_DEVICE: BY_START,
-    Action.RESET_CHECKPOINT: BY_START,
-    Action.UNPREPARE_STALE: BY_CLEANUP,
-    Action.RESTORE_FINALIZER: BY_FIX,
-    Action.REMOVE_FOREIGN_FINALIZER: BY_FIX,
-}
-_REPAIR_TEXT: dict[Action, str] = {
-    Action.ROLL_BACK: "roll back (release devices, remove spec)",
-    Action.FINISH_UNPREPARE: "finish the unprepare",
-    Action.RETRY_FINALIZER_REMOVAL: "remove the finalizer",
-    Action.REWRITE_SPEC: "rewrite the spec from the checkpoint",
-    Action.REVALIDATE: "revalidate the devices after the reboot",
-    Action.REMOVE_ORPHAN_SPEC: "remove the spec file and device metadata files",
-    Action.RELEASE_ORPHAN_DEVICE: "release the device",
-    Action.UNPREPARE_STALE: "unprepare the claim",
-    Action.RESTORE_FINALIZER: "add the finalizer",
-    Action.REMOVE_FOREIGN_FINALIZER: "remove the finalizer",
-    Action.RESET_CHECKPOINT: "reset the checkpoint (nothing is prepared; a copy is kept)",
-}
+    fail_closed: str = ""
 
 
 @dataclass(frozen=True)
-class Finding:
-    kind: str
-    """What is inconsistent: ``corrupt-checkpoint``, ``orphan-spec``, ``invalid-spec``,
-    ``missing-spec``, ``half-prepared``, ``half-unprepared``, ``finalizer-pending``,
-    ``not-revalidated``, ``device-held-twice``, ``orphan-device``, ``device-not-held``,
-    ``claim-gone``, ``claim-replaced``, ``claim-moved``, ``claim-deleted-unused``,
-    ``orphan-metadata``,
-    ``prepared-without-finalizer``, ``finalizer-without-claim``."""
-    subject: str
-    """The claim UID, device (``pool/device`` or backend name) or ``checkpoint``."""
-    message: str
-    """One sentence for a person."""
-    repair: str = ""
-    """What ``--fix`` does about it; empty when it needs a person."""
-    namespace: str = ""
-    name: str = ""
-    action: str = ""
-    """The planned ``Action`` (empty: needs a person)."""
-    by: str = ""
-    """Who repairs it unasked: ``start``, ``cleanup`` (stale-claim loop) or ``fix`` only."""
+class ClaimView:
+    """One claim as observed under its lock."""
 
+    uid: str
+    record: ClaimRecord | None
+    spec_present: bool
+    boot_id: str = ""
+    fail_closed: str = ""
 
-def _finding(kind: str, subject: str, message: str, action: Action | None, **extra: str) -> Finding:
-    if action is None:
-        return Finding(kind, subject, message, **extra)
-    return Finding(
-        kind, subject, message, _REPAIR_TEXT[action], action=action.value, by=_BY[action], **extra
-    )
-
-
-# ------------------------------------------------------------------ one claim, under its lock
+    @property
+    def rebooted(self) -> bool:
+        record = self.record
+        return (
+            record is not None
+            and bool(record.boot_id)
+            and bool(self.boot_id)
+            and record.boot_id != self.boot_id
+        )
 
 
 def plan_repair(view: ClaimView) -> list[Action]:
@@ -147,10 +105,10 @@ def plan_repair(view: ClaimView) -> list[Action]:
         return [Action.RETRY_FINALIZER_REMOVAL]
     if view.rebooted:
         return [Action.REVALIDATE]
-    return _rewrite_spec(record, spec_present=view.spec_present)
+    return rewrite_spec(record, spec_present=view.spec_present)
 
 
-def _rewrite_spec(record: ClaimRecord, *, spec_present: bool) -> list[Action]:
+def rewrite_spec(record: ClaimRecord, *, spec_present: bool) -> list[Action]:
     """The one rule for a prepared claim's spec: rewritten from its record when the file
     is missing or unusable (``spec_present`` False) and the record holds the spec."""
     return [] if spec_present or record.cdi_spec is None else [Action.REWRITE_SPEC]
@@ -159,7 +117,7 @@ def _rewrite_spec(record: ClaimRecord, *, spec_present: bool) -> list[Action]:
 def plan_prepare(view: ClaimView) -> list[Action]:
     record = view.record
     if record is not None and record.state == ClaimState.PREPARE_COMPLETED:
-        steps = _rewrite_spec(record, spec_present=view.spec_present)
+        steps = rewrite_spec(record, spec_present=view.spec_present)
         return [*steps, Action.ANSWER_PREPARED]
     steps = plan_repair(view)
     return [*steps, Action.REFUSE if view.fail_closed else Action.PREPARE]
@@ -173,259 +131,133 @@ def plan_unprepare(view: ClaimView) -> list[Action]:
     return [Action.UNPREPARE]
 
 
-# ------------------------------------------------------------------ the whole node
+INLINE_CHECKS = 8
+"""Claims observed together whose files are checked on the event loop; more go to a
+worker thread together."""
 
 
-def _spec_action(record: ClaimRecord | None) -> Action | None:
+def artifacts_present(
+    specs: cdi_store.SpecStore, metadata: MetadataFiles, record: ClaimRecord | None, uid: str
+) -> bool:
+    """Whether the claim's CDI spec (and its device metadata files, if it has any) are on
+    disk; for a claim without a record, whether any of them is."""
     if record is None:
-        return Action.REMOVE_ORPHAN_SPEC
-    if record.state == ClaimState.PREPARE_COMPLETED:
-        return next(iter(_rewrite_spec(record, spec_present=False)), None)
-    # The interrupted work's own step (roll back, finish unprepare) removes the spec.
-    return next(iter(plan_repair(ClaimView(record.uid, record, spec_present=True))), None)
+        return specs.exists(uid) or (metadata_on_node(metadata) and metadata.has_any(uid))
+    if not specs.exists(uid):
+        return False
+    return not record.device_metadata or metadata.present(uid, list(record.device_metadata))
 
 
-def _spec_problem(
-    uid: str, document: Mapping[str, Any] | str, *, cdi_kind: str, record: ClaimRecord | None
-) -> str | None:
-    if isinstance(document, str):
-        return f"CDI spec for claim {uid} is {document}"
-    if (
-        record is not None
-        and record.cdi_spec is not None
-        and (document is record.cdi_spec or document == record.cdi_spec)
-    ):
-        return None  # exactly the spec the engine built, checked and recorded
-    try:
-        parsed = cdi_spec.from_json(document)
-    except (cdi_spec.CDISpecError, cdi_names.CDINameError) as exc:
-        return f"CDI spec for claim {uid} is invalid: {exc}"
-    if parsed.kind != cdi_kind:
-        return f"CDI spec for claim {uid} has kind {parsed.kind}, not {cdi_kind}"
-    if record is not None and record.state == ClaimState.PREPARE_COMPLETED:
-        defined = set(parsed.qualified_names())
-        missing = sorted({i for d in record.devices for i in d.cdi_device_ids} - defined)
-        if missing:
-            return (
-                f"CDI spec for claim {uid} does not define {', '.join(missing)} "
-                "(the CDI devices the kubelet was given)"
-            )
-        if record.cdi_spec is not None:
-            # Valid, but not what dralet wrote: the record is the truth.
-            return f"CDI spec for claim {uid} differs from the one its record holds"
-    return None
+def metadata_on_node(metadata: MetadataFiles) -> bool:
+    """Whether any claim may have device metadata files: none can while their folder is
+    missing, as on every node that never turned them on."""
+    return os.path.lexists(metadata.root)
 
 
-def _corrupt_checkpoint(snapshot: NodeSnapshot) -> Finding:
-    in_use = snapshot.in_use or {}
-    if snapshot.specs or in_use:
-        message = (
-            f"{snapshot.checkpoint_error}; {len(snapshot.specs)} CDI specs and "
-            f"{len(in_use)} backend devices in use prove claims are prepared: "
-            "the driver fails closed (if the records are lost for good: "
-            f"{ACCEPT_LOST_STORE} --driver NAME)"
-        )
-        return _finding("corrupt-checkpoint", "checkpoint", message, None)
-    found = _finding(
-        "corrupt-checkpoint", "checkpoint", snapshot.checkpoint_error, Action.RESET_CHECKPOINT
-    )
-    if snapshot.in_use is None:
-        repair = "reset the checkpoint if the backend holds no device (a copy is kept)"
-        return Finding(**{**found.__dict__, "repair": repair})
-    return found
+_Seen = tuple[str, ClaimRecord | None, str]
+"""A claim's UID, its record (None: none, or not trusted) and why it fails closed."""
 
 
-_RECORD_FINDINGS: dict[Action, tuple[str, str]] = {
-    Action.ROLL_BACK: ("half-prepared", "prepare never completed"),
-    Action.FINISH_UNPREPARE: ("half-unprepared", "unprepare never completed"),
-    Action.RETRY_FINALIZER_REMOVAL: (
-        "finalizer-pending",
-        "unprepared (the kubelet has its answer), finalizer removal owed",
-    ),
-    Action.REVALIDATE: ("not-revalidated", "prepared before a reboot, not revalidated since"),
-}
+class Observer:
+    """Claims as they are now: call with their locks held. Never writes.
 
+    A record that fails its checksum makes that claim alone fail closed; a store that
+    cannot be read at all makes the whole node fail closed (``corrupt`` hears of it).
+    """
 
-def plan_node(snapshot: NodeSnapshot) -> list[Finding]:
-    """Every inconsistency in ``snapshot`` with the step that repairs it, in a stable order."""
-    if snapshot.checkpoint is None:
-        return [_corrupt_checkpoint(snapshot)]
-    found: list[Finding] = [
-        # Its CDI spec, devices and finalizer are left as they are: the kubelet's
-        # unprepare releases them from what the CDI dir and the backend prove.
-        _finding("corrupt-record", uid, why, None)
-        for uid, why in sorted(snapshot.corrupt.items())
-    ]
-    records = snapshot.checkpoint.claims
-    for uid, document in sorted(snapshot.specs.items()):
-        if uid in snapshot.corrupt:
-            continue
-        record = records.get(uid)
-        problem = _spec_problem(uid, document, cdi_kind=snapshot.cdi_kind, record=record)
-        if problem is not None:
-            found.append(_finding("invalid-spec", uid, problem, _spec_action(record)))
-        if record is None:
-            found.append(
-                _finding(
-                    "orphan-spec",
+    def __init__(
+        self,
+        store: RecordStore,
+        specs: cdi_store.SpecStore,
+        metadata: MetadataFiles,
+        work: TaskSet,
+        *,
+        mode: Mode,
+        corrupt: Callable[[errors.CheckpointCorruptError], None],
+    ) -> None:
+        self.store = store
+        self.specs = specs
+        self.metadata = metadata
+        self.work = work
+        self.mode = mode
+        self._corrupt = corrupt
+        self._pending: list[tuple[str, asyncio.Future[ClaimView]]] = []
+
+    async def one(self, uid: str) -> ClaimView:
+        """``group`` of one claim, observed with the others observed in the same turn of
+        the event loop (recovery observes each of 10,000 claims under its own lock)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ClaimView] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._observe_pending)
+        self._pending.append((uid, future))
+        return await future
+
+    async def group(
+        self, uids: Sequence[str], *, known: Snapshot | None = None
+    ) -> list[ClaimView | BaseException]:
+        """The claims, their records read in one query (rows unchanged since the snapshot
+        ``known`` are not decoded again) and their files checked together (a few inline,
+        more in one worker thread); a view each, or the error of checking its files."""
+        seen = self._read(uids, known)
+        if len(seen) <= INLINE_CHECKS:
+            return self._views(seen)
+        return await asyncio.to_thread(self._views, seen)
+
+    def _read(self, uids: Sequence[str], known: Snapshot | None) -> list[_Seen]:
+        found: Mapping[str, tuple[ClaimRecord | None, str]] = {}
+        if not self.mode.fail_closed:
+            try:
+                found = self.store.records_now(uids, known=known)
+            except errors.CheckpointCorruptError as exc:
+                self._corrupt(exc)
+        return [(uid, *found.get(uid, (None, self.mode.fail_closed))) for uid in uids]
+
+    def _views(self, seen: Sequence[_Seen]) -> list[ClaimView | BaseException]:
+        views: list[ClaimView | BaseException] = []
+        for uid, record, fail_closed in seen:
+            try:
+                present = artifacts_present(self.specs, self.metadata, record, uid)
+            except Exception as exc:  # noqa: BLE001 - that claim's observation fails
+                views.append(exc)
+                continue
+            views.append(
+                ClaimView(
                     uid,
-                    f"CDI spec for claim {uid} has no checkpoint record",
-                    Action.REMOVE_ORPHAN_SPEC,
+                    record,
+                    spec_present=present,
+                    boot_id=self.store.boot_id,
+                    fail_closed=fail_closed,
                 )
             )
-    for uid in sorted(snapshot.metadata - set(records) - set(snapshot.corrupt)):
-        if uid not in snapshot.specs:  # else its orphan-spec step removes both
-            found.append(
-                _finding(
-                    "orphan-metadata",
-                    uid,
-                    f"device metadata files for claim {uid} have no checkpoint record",
-                    Action.REMOVE_ORPHAN_SPEC,
-                )
-            )
-    holders: dict[tuple[str, str, str], list[str]] = {}
-    for uid, record in sorted(records.items()):
-        where = f"{record.namespace}/{record.name}"
-        view = ClaimView(uid, record, spec_present=uid in snapshot.specs, boot_id=snapshot.boot_id)
-        actions = plan_repair(view)
-        for action in actions:
-            if action in _RECORD_FINDINGS:
-                kind, what = _RECORD_FINDINGS[action]
-                found.append(_finding(kind, uid, f"claim {where}: {what}", action))
-        # A claim revalidated after a reboot gets its spec rewritten by that same step.
-        if (
-            record.state == ClaimState.PREPARE_COMPLETED
-            and uid not in snapshot.specs
-            and Action.REVALIDATE not in actions
-        ):
-            found.append(
-                _finding(
-                    "missing-spec",
-                    uid,
-                    f"prepared claim {where} has no CDI spec",
-                    next(iter(_rewrite_spec(record, spec_present=False)), None),
-                )
-            )
-        if record.holds_devices:
-            for d in record.devices:
-                if not d.admin_access:
-                    holders.setdefault((d.pool, d.device, d.share_id), []).append(uid)
-    for (pool, device, _), uids in sorted(holders.items()):
-        if len(uids) > 1:
-            found.append(
-                _finding(
-                    "device-held-twice",
-                    f"{pool}/{device}",
-                    f"device {pool}/{device} is recorded for claims {', '.join(uids)}",
-                    None,
-                )
-            )
-    if snapshot.in_use is not None:
-        found.extend(_backend_findings(snapshot, records, holders))
-    if snapshot.claims is not None:
-        found.extend(_api_findings(snapshot, records))
-    return found
+        return views
 
+    def _observe_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        try:
+            seen = self._read([uid for uid, _ in pending], None)
+        except Exception as exc:  # noqa: BLE001 - every claim observed gets the store's error
+            self._answer(pending, [exc] * len(pending))
+            return
+        if len(seen) <= INLINE_CHECKS:
+            self._answer(pending, self._views(seen))
+        else:
+            self.work.spawn("file-checks", self._views_in_thread(pending, seen))
 
-def _backend_findings(
-    snapshot: NodeSnapshot,
-    records: Mapping[str, ClaimRecord],
-    holders: Mapping[tuple[str, str, str], list[str]],
-) -> list[Finding]:
-    assert snapshot.in_use is not None
-    found: list[Finding] = []
-    recorded = {
-        (device, uid)
-        for (pool, device, _), uids in holders.items()
-        for uid in uids
-        if pool == snapshot.pool
-    }
-    in_use = sorted((device, uid) for device, uids in snapshot.in_use.items() for uid in uids)
-    for device, uid in in_use:
-        if (device, uid) not in recorded and uid not in snapshot.corrupt:
-            found.append(
-                _finding(
-                    "orphan-device",
-                    device,
-                    f"device {device} is in use by claim {uid} with no checkpoint record",
-                    Action.RELEASE_ORPHAN_DEVICE,
-                )
-            )
-    for device, uid in sorted(recorded):
-        record = records[uid]
-        if record.state == ClaimState.PREPARE_COMPLETED and uid not in snapshot.in_use.get(
-            device, ()
-        ):
-            found.append(
-                _finding(
-                    "device-not-held",
-                    device,
-                    f"claim {uid} is recorded as prepared but the backend does not hold {device}",
-                    None,
-                )
-            )
-    return found
+    async def _views_in_thread(
+        self, pending: Sequence[tuple[str, asyncio.Future[ClaimView]]], seen: Sequence[_Seen]
+    ) -> None:
+        try:
+            views = await asyncio.to_thread(self._views, seen)
+        except BaseException as exc:  # cancelled, or no thread to run it: every claim gets it
+            self._answer(pending, [exc] * len(pending))
+            raise
+        self._answer(pending, views)
 
-
-def plan_stale(
-    record: ClaimRecord, claim: Mapping[str, Any] | None, *, driver: str, pool: str
-) -> Finding | None:
-    """A recorded claim as the API serves it (``claim``; None: gone): its
-    ``UNPREPARE_STALE`` finding when it is gone, replaced or no longer this driver's."""
-    ref = ClaimRef(ClaimUID(record.uid), record.namespace, record.name)
-    stale = source.staleness(claim, ref, driver=driver, pool=pool)
-    if stale is None:
-        return None
-    return _finding(f"claim-{stale.kind}", record.uid, stale.message, Action.UNPREPARE_STALE)
-
-
-def _api_findings(snapshot: NodeSnapshot, records: Mapping[str, ClaimRecord]) -> list[Finding]:
-    assert snapshot.claims is not None
-    found: list[Finding] = []
-    finalizer = source.finalizer_name(snapshot.driver)
-    by_name = {
-        (c.get("metadata", {}).get("namespace", ""), c.get("metadata", {}).get("name", "")): c
-        for c in snapshot.claims
-    }
-    for uid, record in sorted(records.items()):
-        claim = by_name.get((record.namespace, record.name))
-        stale = plan_stale(record, claim, driver=snapshot.driver, pool=snapshot.pool)
-        if stale is not None:
-            found.append(stale)
-            continue
-        assert claim is not None
-        has_finalizer = finalizer in (claim.get("metadata", {}).get("finalizers") or [])
-        if record.state == ClaimState.PREPARE_COMPLETED and not has_finalizer:
-            found.append(
-                _finding(
-                    "prepared-without-finalizer",
-                    uid,
-                    f"prepared claim {record.namespace}/{record.name} lacks the "
-                    f"{finalizer} finalizer",
-                    Action.RESTORE_FINALIZER,
-                )
-            )
-    for (namespace, name), claim in sorted(by_name.items()):
-        uid = claim.get("metadata", {}).get("uid", "")
-        if (
-            finalizer in (claim.get("metadata", {}).get("finalizers") or [])
-            and uid not in records
-            and uid not in snapshot.corrupt
-        ):
-            found.append(
-                _finding(
-                    "finalizer-without-claim",
-                    uid,
-                    f"ResourceClaim {namespace}/{name} carries {finalizer} "
-                    "but is not prepared here",
-                    Action.REMOVE_FOREIGN_FINALIZER,
-                    namespace=namespace,
-                    name=name,
-                )
-            )
-    return found
-
-
-def steps_of(findings: Sequence[Finding], *, by: frozenset[str]) -> list[Finding]:
-    """The findings whose step the given repairers execute."""
-    return [f for f in findings if f.action and f.by in by]
+    @staticmethod
+    def _answer(
+        pending: Sequence[tuple[str, asyncio.Future[ClaimView]]],
+        views: Sequence[ClaimView | BaseException],
+    ) -> None:
+        for (_, future), view in zip(pending, views, strict=True):
+            settle_future(future, view)

@@ -5,6 +5,9 @@ caller).
 Each durable fact is made before the next step and followed by a failpoint, so the
 crash suite can kill the driver there. The intent is written first: from then on any
 failure or crash ends in a teardown (``teardown``) that removes whatever was done.
+
+``Prepare`` is a little over 300 lines on purpose: its methods are the route's steps in
+the order they run, read top to bottom as one.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from dralet.checkpoint.database import Drop
 from dralet.checkpoint.model import ClaimRecord, ClaimState
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef, PartialPrepareError, PreparedDevice
-from dralet.node.claims import devicemetadata, devicestatus, records, source, specio, states
-from dralet.node.claims.calls import Calls
+from dralet.node.claims import devicemetadata, devicestatus, records, store
+from dralet.node.claims.calls import BackendTimeoutError, Calls
 from dralet.node.claims.group import (
     NOT_DONE,
     Route,
@@ -36,16 +39,15 @@ from dralet.node.claims.group import (
     only,
     survivors,
 )
-from dralet.node.claims.states import (
+from dralet.node.claims.records import (
     FP_AFTER_BACKEND_PREPARE,
     FP_AFTER_FINALIZER,
     FP_AFTER_METADATA,
     FP_AFTER_SPEC,
     FP_AFTER_STARTED,
+    now_stamp,
 )
-from dralet.node.claims.store import now_stamp
 from dralet.node.claims.teardown import Teardown, apply_device_status
-from dralet.node.invoke import BackendTimeoutError
 from dralet.node.settings import DriverSettings
 
 __all__ = ["Prepare"]
@@ -301,7 +303,7 @@ class Prepare(Route):
                     fresh.ref.uid,
                     f"backend returned no container edits for device {device.device}",
                 )
-            problem = specio.external_id_problem(device.external_cdi_ids, self.settings.cdi_kind)
+            problem = store.external_id_problem(device.external_cdi_ids, self.settings.cdi_kind)
             if problem:
                 raise errors.ClaimError(fresh.ref.uid, f"device {device.device}: {problem}")
         failpoints.hit(FP_AFTER_BACKEND_PREPARE)
@@ -334,7 +336,7 @@ class Prepare(Route):
         )
 
     def _spec_document(self, fresh: _Fresh, _: object) -> None:
-        fresh.document = specio.build_spec(
+        fresh.document = store.build_spec(
             self.settings,
             self.metadata_files,
             fresh.ref,
@@ -349,7 +351,7 @@ class Prepare(Route):
     ) -> list[_Fresh]:
         stored = await self.store.put_many(
             [
-                states.moved(
+                records.moved(
                     f.record,
                     ClaimState.PREPARE_COMPLETED,
                     cdi_spec=f.document,
@@ -441,7 +443,7 @@ def _intended(
     """The claim's ``PrepareStarted`` record, from the claim as read."""
     if isinstance(claim, Exception):
         raise claim
-    allocated = source.select_allocation(
+    allocated = records.select_allocation(
         claim, ref, driver=settings.driver_name, pool=settings.pool_name
     )
     assert claim is not None
@@ -449,7 +451,7 @@ def _intended(
         raise errors.ClaimError(
             ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} is being deleted"
         )
-    configs = source.claim_configs(claim, settings.driver_name)
+    configs = records.claim_configs(claim, settings.driver_name)
     # Intent first: the record says the finalizer may be on the claim before it is
     # added, so any failure or crash from here on ends in a teardown that removes it.
     started = ClaimRecord(

@@ -18,8 +18,8 @@ from dralet.checkpoint.model import ClaimRecord, ClaimState, evolve
 from dralet.node.backend import ClaimRef, ClaimUID
 from dralet.node.claims import plan
 from dralet.node.claims.group import Route, RouteParts, only, ref_of
-from dralet.node.claims.observe import ClaimView
-from dralet.node.claims.store import now_stamp
+from dralet.node.claims.plan import ClaimView
+from dralet.node.claims.records import now_stamp
 from dralet.node.claims.teardown import Teardown
 
 __all__ = ["Repairs"]

@@ -24,16 +24,16 @@ from dralet.checkpoint.database import Drop
 from dralet.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord, evolve
 from dralet.metrics import DriverMetrics
 from dralet.node.backend import ClaimRef, PartialPrepareError, PreparedDevice
-from dralet.node.claims import group, records, source, states
+from dralet.node.claims import group, plan, records
 from dralet.node.claims.calls import Calls
-from dralet.node.claims.states import (
+from dralet.node.claims.records import (
     FP_AFTER_FINALIZER_REMOVED,
     FP_AFTER_RELEASE,
     FP_AFTER_UNPREPARE_STARTED,
     FP_ANSWERED_FINALIZER_OWED,
 )
 from dralet.node.settings import DriverSettings
-from dralet.node.tasks import TaskSet, raise_failure
+from dralet.tasks import TaskSet, raise_failure
 
 __all__ = ["OwedRemovals", "Teardown", "apply_device_status"]
 
@@ -182,7 +182,7 @@ class Teardown(group.Route):
         writing = [d for d in holding if d.record.state != ClaimState.RELEASED]
         if writing:
             stored = await self.store.put_many(
-                [states.moved(d.record, ClaimState.RELEASED) for d in writing]
+                [records.moved(d.record, ClaimState.RELEASED) for d in writing]
             )
             owing += group.survivors(writing, stored, failed, _released)
         told = log.isEnabledFor(logging.INFO)  # no per-claim log work when it is off
@@ -218,7 +218,7 @@ class Teardown(group.Route):
         if not starting:
             return list(down)
         stored = await self.store.put_many(
-            [states.moved(d.record, ClaimState.UNPREPARE_STARTED) for d in starting]
+            [records.moved(d.record, ClaimState.UNPREPARE_STARTED) for d in starting]
         )
         outcomes: list[ClaimRecord | BaseException] = []
         for item, result in zip(starting, stored, strict=True):
@@ -228,7 +228,7 @@ class Teardown(group.Route):
                         "rolling back without a durable UnprepareStarted",
                         exc_info=(type(result), result, result.__traceback__),
                     )
-                result = states.moved(item.record, ClaimState.UNPREPARE_STARTED)
+                result = records.moved(item.record, ClaimState.UNPREPARE_STARTED)
             outcomes.append(result)
         group.survivors(starting, outcomes, failed, _unprepare_started)
         return _going(down, failed)
@@ -244,7 +244,11 @@ class Teardown(group.Route):
             return list(down), []
         removed = await self.spec_io.remove_many([d.record.uid for d in going])
         going = group.survivors(going, removed, failed, group.ignore)
-        with_metadata = [d for d in going if self.metadata_files.has_any(d.record.uid)]
+        with_metadata = (
+            [d for d in going if self.metadata_files.has_any(d.record.uid)]
+            if plan.metadata_on_node(self.metadata_files)
+            else []
+        )
         if with_metadata:
             gone = await asyncio.to_thread(
                 group.each_now, with_metadata, lambda d: self.metadata_files.remove(d.record.uid)
@@ -307,7 +311,7 @@ class Teardown(group.Route):
                 kept.append(item)
         if kept:
             stored = await self.store.put_many(
-                [states.moved(d.record, ClaimState.RELEASED) for d in kept]
+                [records.moved(d.record, ClaimState.RELEASED) for d in kept]
             )
             group.survivors(kept, stored, failed, group.ignore)
         removed_now = [d for d in holding if not d.stopped]
@@ -384,7 +388,7 @@ async def _allocation_if_known(
 ) -> tuple[DeviceRecord, ...]:
     try:
         claim = await calls.get_claim(ref)
-        allocated = source.select_allocation(
+        allocated = records.select_allocation(
             claim,
             ref,
             driver=settings.driver_name,
@@ -398,7 +402,7 @@ async def _allocation_if_known(
     return records.device_records(
         ref.uid,
         allocated,
-        source.claim_configs(claim, settings.driver_name),
+        records.claim_configs(claim, settings.driver_name),
         cdi_kind=settings.cdi_kind,
     )
 
