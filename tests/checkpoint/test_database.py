@@ -131,6 +131,55 @@ def test_a_read_reuses_the_snapshots_record_only_while_its_row_is_unchanged(
     assert db.read_many(["a"])["a"][0] is not known.checkpoint.claims["a"]
 
 
+def test_a_read_hands_back_the_record_written_or_decoded_last_while_its_row_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = open_db(tmp_path)
+    decoded: list[str] = []
+    decode = codec.decode_record
+    monkeypatch.setattr(
+        codec, "decode_record", lambda uid, data: decoded.append(uid) or decode(uid, data)
+    )
+    written = [record(uid, f"gpu-{uid}") for uid in ("a", "b", "c", "d")]
+    db.apply([Put(r) for r in written])
+    found = db.read_many(["a", "b", "c", "d"])
+    assert [found[r.uid][0] for r in written] == written
+    assert all(found[r.uid][0] is r for r in written) and decoded == []
+    # Another writer (a second driver instance) changed b's row: it is read from the row.
+    other = RecordDatabase(db.path)
+    newer = record("b", "gpu-b", state=ClaimState.PREPARE_COMPLETED)
+    other.apply([Put(newer)])
+    # c's row damaged in place, d's stamped: neither is what was written.
+    claimstore.damage_record(db.path, "c")
+    other.apply([Stamp("d", "boot-2", None, "2026-12-06T10:00:00Z")])
+    other.close()
+    found = db.read_many(["a", "b", "c", "d"])
+    assert found["a"][0] is written[0]
+    assert found["b"] == (newer, "") and found["b"][0] is not newer
+    assert found["c"][0] is None and "checksum mismatch" in found["c"][1]
+    assert found["d"][0] == evolve(written[3], boot_id="boot-2", updated_at="2026-12-06T10:00:00Z")
+    assert sorted(decoded) == ["b", "d"]  # c failed its checksum before decoding
+    # What was decoded is handed back in turn, while its row stays the same.
+    decoded.clear()
+    again = db.read_many(["b", "d"])
+    assert again["b"][0] is found["b"][0] and again["d"][0] is found["d"][0] and decoded == []
+
+
+def test_the_records_kept_for_reads_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(database, "MEMO_RECORDS", 3)
+    db = open_db(tmp_path)
+    written = [record(uid, f"gpu-{uid}") for uid in ("a", "b", "c", "d")]
+    db.apply([Put(r) for r in written])
+    found = db.read_many(["b", "c", "d"])
+    assert all(found[r.uid][0] is r for r in written[1:])
+    oldest = db.read("a")[0]
+    assert oldest == written[0] and oldest is not written[0]  # it went first: decoded
+    db.apply([Drop("d")])
+    assert db.read("d") == (None, "")
+
+
 def test_a_stamp_is_read_as_part_of_its_record_until_the_record_is_written_again(
     tmp_path: Path,
 ) -> None:

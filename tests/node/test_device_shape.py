@@ -69,10 +69,10 @@ async def test_a_call_builds_each_device_once_and_no_backend_call_rebuilds_it(
         made.clear()
 
     assert set((await node.unprepare(*refs)).values()) == {""}
-    # Unprepare has only the records it reads: each device it holds is built by
-    # decoding the record, and ``release_claim`` is handed that one.
-    assert len(decoded) >= devices
-    assert len(allocated) == len(device_records) == len(decoded)
+    # Unprepare has only the records it reads, and the store hands back the ones
+    # prepare wrote (their rows unchanged): no device is built again, and
+    # ``release_claim`` is handed the one the claim read built.
+    assert len(decoded) == len(allocated) == len(device_records) == 0
     for ref in refs:
         node.assert_gone(ref)
 

@@ -116,6 +116,10 @@ _TEXT_ERRORS = "surrogateescape"
 """How text that is not UTF-8 is read: every byte kept as a lone surrogate, which no row
 checksum can be computed over, so the row fails its own claim alone (``decode_row``)."""
 _READ_CHUNK = 500
+MEMO_RECORDS = 4096
+"""Records this process wrote or decoded last, kept to be handed back by a read whose row
+still hashes to what they were encoded as: a claim's next step reads back what its last
+step wrote without decoding it (the row is still read and checked every time)."""
 """Claims read in one query (SQLite allows 32,766 parameters; small chunks keep each
 statement cheap to prepare)."""
 
@@ -291,6 +295,10 @@ class RecordDatabase:
         """Whether ``storefiles``' reserve is kept (tried again after commits if not)."""
         self._commits = 0
         """Commits since the last ``checkpoint``."""
+        self._memo: dict[str, tuple[str, ClaimRecord]] = {}
+        """Claim UID → the identity of the row a record was encoded as or decoded from,
+        and that record (``MEMO_RECORDS`` of the latest)."""
+        self._memo_lock = threading.Lock()
 
     # ------------------------------------------------------------------ opening
 
@@ -502,11 +510,29 @@ class RecordDatabase:
             for chunk, marks in _uid_chunks(unique):
                 for row in self._query(f"{self._rows()} WHERE c.uid IN ({marks})", chunk):
                     key = str(row[0])
-                    if _unchanged(key, row, checksums.get(key)) and key in records:
-                        found[key] = (records[key], "")
-                    else:
-                        found[key] = _decoded(key, row)
+                    identity, record = checksums.get(key), records.get(key)
+                    if record is None:
+                        identity, record = self._memo.get(key, (None, None))
+                    if record is not None and _unchanged(key, row, identity):
+                        found[key] = (record, "")
+                        continue
+                    found[key] = decoded = _decoded(key, row)
+                    if decoded[0] is not None:
+                        self._remember([(key, str(_identity(row)), decoded[0])])
         return found
+
+    def _remember(self, rows: Iterable[tuple[str, str, ClaimRecord]]) -> None:
+        with self._memo_lock:
+            for uid, identity, record in rows:
+                self._memo.pop(uid, None)  # the latest go last, the oldest first
+                self._memo[uid] = (identity, record)
+            while len(self._memo) > MEMO_RECORDS:
+                del self._memo[next(iter(self._memo))]
+
+    def _forget(self, uids: Iterable[str]) -> None:
+        with self._memo_lock:
+            for uid in uids:
+                self._memo.pop(uid, None)
 
     def snapshot(self) -> Snapshot:
         absent = self._absent()
@@ -583,12 +609,16 @@ class RecordDatabase:
             else:
                 keeping.append(op)
         conn = self._connect()
+        written: list[tuple[str, str, ClaimRecord]] = []
+        # What the commit changes is forgotten first: a failed commit may have
+        # changed it all the same (a read then decodes the row, as without a memo).
+        self._forget(_uid_of(op) for op in ops)
         try:
             with _transaction(conn):
-                self._free(conn, [op for _, op in freeing])
-                self._store(conn, [op.record for op in keeping])
+                written += self._free(conn, [op for _, op in freeing])
+                written += self._store(conn, [op.record for op in keeping])
                 for (index, _), result in zip(
-                    checked, self._grant(conn, [op for _, op in checked]), strict=True
+                    checked, self._grant(conn, [op for _, op in checked], written), strict=True
                 ):
                     results[index] = result
                 for (index, _), result in zip(
@@ -601,6 +631,7 @@ class RecordDatabase:
             if isinstance(failure, OSError) and failure.errno == errno.ENOSPC:
                 raise _DiskFull(failure) from exc
             raise failure from exc
+        self._remember(written)
         failpoints.hit(FP_COMMIT_AFTER)
         return results
 
@@ -660,39 +691,51 @@ class RecordDatabase:
         failpoints.hit(FP_CHECKPOINT_AFTER)
 
     @staticmethod
-    def _free(conn: sqlite3.Connection, ops: Sequence[Drop | Put]) -> None:
-        """Drops and records that hold nothing: their rows change, their holds go."""
+    def _free(
+        conn: sqlite3.Connection, ops: Sequence[Drop | Put]
+    ) -> list[tuple[str, str, ClaimRecord]]:
+        """Drops and records that hold nothing: their rows change, their holds go. The
+        rows written: each record's UID, checksum and the record."""
         if not ops:
-            return
+            return []
         uids = [(op.uid if isinstance(op, Drop) else op.record.uid,) for op in ops]
         conn.executemany("DELETE FROM holds WHERE uid = ?", uids)
         conn.executemany("DELETE FROM stamps WHERE uid = ?", uids)
         conn.executemany(
             "DELETE FROM claims WHERE uid = ?", [(op.uid,) for op in ops if isinstance(op, Drop)]
         )
-        conn.executemany(
-            "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)",
-            [_row(op.record) for op in ops if isinstance(op, Put)],
-        )
+        puts = [op.record for op in ops if isinstance(op, Put)]
+        rows = [_row(record) for record in puts]
+        conn.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)", rows)
+        return [(row[0], row[3], record) for row, record in zip(rows, puts, strict=True)]
 
     @staticmethod
-    def _store(conn: sqlite3.Connection, records: Sequence[ClaimRecord]) -> None:
+    def _store(
+        conn: sqlite3.Connection, records: Sequence[ClaimRecord]
+    ) -> list[tuple[str, str, ClaimRecord]]:
         """Records that hold their devices: rows and holds (re-stated: a claim's devices
-        never change after its intent, and a record stored by hand gets its holds)."""
+        never change after its intent, and a record stored by hand gets its holds). The
+        rows written, as ``_free`` gives them."""
         if not records:
-            return
+            return []
         conn.executemany("DELETE FROM stamps WHERE uid = ?", [(r.uid,) for r in records])
-        conn.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)", map(_row, records))
+        rows = [_row(record) for record in records]
+        conn.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)", rows)
         conn.executemany(
             "INSERT OR REPLACE INTO holds VALUES (?, ?, ?, ?)",
             [(*key, r.uid) for r in records for key in _holds(r)],
         )
+        return [(row[0], row[3], record) for row, record in zip(rows, records, strict=True)]
 
     def _grant(
-        self, conn: sqlite3.Connection, intents: Sequence[Intent]
+        self,
+        conn: sqlite3.Connection,
+        intents: Sequence[Intent],
+        written: list[tuple[str, str, ClaimRecord]],
     ) -> list[BaseException | None]:
         """Intents, in order: each is stored if no other claim holds one of its devices,
-        as stored or as granted earlier in this batch; else it is refused."""
+        as stored or as granted earlier in this batch; else it is refused. The rows
+        stored go to ``written``."""
         granted: dict[tuple[str, str, str], str] = {}
         stored: list[ClaimRecord] = []
         results: list[BaseException | None] = []
@@ -718,7 +761,7 @@ class RecordDatabase:
             if busy is None:
                 granted.update((key, record.uid) for key in keys)
                 stored.append(record)
-        self._store(conn, stored)
+        written += self._store(conn, stored)
         return results
 
     @staticmethod
@@ -830,6 +873,10 @@ def _fetch(
         return conn.execute(sql, args).fetchall()
     finally:
         conn.text_factory = str
+
+
+def _uid_of(op: Op) -> str:
+    return op.record.uid if isinstance(op, Put | Intent) else op.uid
 
 
 def _row(record: ClaimRecord) -> tuple[str, str, str, str]:
