@@ -369,7 +369,8 @@ class Calls:
 
     @property
     def backend(self) -> Invoker:
-        """The backend every call goes to; set a backend of either contract to swap it."""
+        """The backend every call goes to; set a ``ClaimBackend`` (or an ``Invoker``) to
+        swap it."""
         return self._invoker
 
     @backend.setter

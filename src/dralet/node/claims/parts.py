@@ -100,7 +100,7 @@ class Parts:
 
     @property
     def backend(self) -> Invoker:
-        """The backend (of either contract) as the engine calls it."""
+        """The backend as the engine calls it (through its ``Invoker``)."""
         return self.calls.backend
 
     @backend.setter
