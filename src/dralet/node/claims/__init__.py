@@ -1,17 +1,17 @@
 """The claim engine: one explicit state machine for every claim on a node.
 
 Read top down, each module importing only those below it (an import contract checks
-it): ``engine`` (the RPC paths: prepare and unprepare calls) · ``nodewide`` (recovery
-at start, stale-claim cleanup, ``audit --fix``) · ``parts`` (what both work on) ·
-``prepare`` / ``teardown`` / ``repairs`` (the routes: each durable step under the claim
-lock) · ``answers`` (each claim's answer, the one retry rule) · ``group`` (how a group
-of claims goes through a step) · ``plan`` (pure: goal + observation → steps; also what
-``dralet audit`` reports) · ``calls`` (every call out of the process) · ``schedule``
-(calls on fairly shared slots) · ``specio`` (a claim's CDI spec, built and written) ·
-``observe`` (read what is true, change nothing) · ``records`` (a claim's devices as
-recorded) · ``states`` (the lifecycle table: failpoints, allowed record states) ·
-``store`` (the records, over ``dralet.checkpoint``) · ``source`` (the ResourceClaim
-port and its pure checks).
+it): ``engine`` (the RPC paths: prepare and unprepare calls, each claim's answer and the
+one retry rule) · ``nodewide`` (recovery at start, stale-claim cleanup, ``audit --fix``)
+· ``parts`` (what both work on) · ``prepare`` / ``teardown`` / ``repairs`` (the routes:
+each durable step under the claim lock) · ``group`` (a call's claims in groups on fairly
+shared slots, and how a group goes through a step) · ``findings`` (the whole node
+observed and planned: what ``dralet audit`` reports) · ``plan`` (one claim observed
+under its lock, and its steps planned: pure) · ``calls`` (every call out of the process:
+the ResourceClaim port and the backend) · ``store`` (the records, over
+``dralet.checkpoint``, and the claim's CDI spec) · ``devicemetadata`` (the device
+metadata files) · ``records`` (a claim's allocation checked, its devices as recorded,
+and the lifecycle table: failpoints, allowed record states).
 """
 
 from dralet.node.claims.calls import ClaimSource, EventSink, finalizer_name
