@@ -443,15 +443,12 @@ def _intended(
     """The claim's ``PrepareStarted`` record, from the claim as read."""
     if isinstance(claim, Exception):
         raise claim
-    allocated = records.select_allocation(
-        claim, ref, driver=settings.driver_name, pool=settings.pool_name
-    )
+    devices = records.claim_devices(claim, ref, settings)
     assert claim is not None
     if claim.get("metadata", {}).get("deletionTimestamp"):
         raise errors.ClaimError(
             ref.uid, f"ResourceClaim {ref.namespace}/{ref.name} is being deleted"
         )
-    configs = records.claim_configs(claim, settings.driver_name)
     # Intent first: the record says the finalizer may be on the claim before it is
     # added, so any failure or crash from here on ends in a teardown that removes it.
     started = ClaimRecord(
@@ -459,7 +456,7 @@ def _intended(
         namespace=ref.namespace,
         name=ref.name,
         state=ClaimState.PREPARE_STARTED,
-        devices=records.device_records(ref.uid, allocated, configs, cdi_kind=settings.cdi_kind),
+        devices=devices,
         finalizer_added=True,
         boot_id=boot_id,
         updated_at=now_stamp(),

@@ -39,6 +39,7 @@ from dralet.node.backend import (
     DeviceConfig,
     PreparedDevice,
 )
+from dralet.node.settings import DriverSettings
 
 __all__ = [
     "FP_AFTER_BACKEND_PREPARE",
@@ -61,6 +62,7 @@ __all__ = [
     "cdi_names",
     "claim_allocation",
     "claim_configs",
+    "claim_devices",
     "device_records",
     "driver_configs",
     "lifecycle_lines",
@@ -271,6 +273,26 @@ def _cdi_ids(device: DeviceRecord, more: int) -> tuple[str, ...]:
     """``device``'s fully qualified CDI ids with ``more`` further CDI devices."""
     kind, _, base = device.cdi_device_ids[0].partition("=")
     return tuple(f"{kind}={name}" for name in cdi_names(base, more))
+
+
+def claim_devices(
+    claim: Mapping[str, Any] | None,
+    ref: ClaimRef,
+    settings: DriverSettings,
+    *,
+    require_reserved: bool = True,
+) -> tuple[DeviceRecord, ...]:
+    """The device records of ``claim`` as read for ``ref``: its allocation checked
+    (``select_allocation``), each device kept with its configs (``device_records``)."""
+    allocated = select_allocation(
+        claim,
+        ref,
+        driver=settings.driver_name,
+        pool=settings.pool_name,
+        require_reserved=require_reserved,
+    )
+    configs = claim_configs(claim, settings.driver_name)
+    return device_records(ref.uid, allocated, configs, cdi_kind=settings.cdi_kind)
 
 
 def device_records(

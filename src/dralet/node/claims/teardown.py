@@ -388,23 +388,11 @@ async def _allocation_if_known(
 ) -> tuple[DeviceRecord, ...]:
     try:
         claim = await calls.get_claim(ref)
-        allocated = records.select_allocation(
-            claim,
-            ref,
-            driver=settings.driver_name,
-            pool=settings.pool_name,
-            require_reserved=False,
-        )
+        return records.claim_devices(claim, ref, settings, require_reserved=False)
     except errors.GOES_UP:
         raise
-    except Exception:  # noqa: BLE001 - gone or unreachable: release without a state
+    except Exception:  # noqa: BLE001 - gone, unreachable or unreadable: release without a state
         return ()
-    return records.device_records(
-        ref.uid,
-        allocated,
-        records.claim_configs(claim, settings.driver_name),
-        cdi_kind=settings.cdi_kind,
-    )
 
 
 async def apply_device_status(
