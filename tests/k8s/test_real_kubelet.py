@@ -12,7 +12,9 @@ reason where the binaries or root are missing; CI builds and runs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,11 @@ pytestmark = [
 DRIVER = "gpu.example.com"
 NS = "default"
 WAIT = 120.0
+LOG_WAIT = 10.0
+"""How long the container's log may lag behind its pod's phase: containerd's exit handling
+waits until the container's output is handed to the log writer's goroutine, not until that
+goroutine has written it to the file (containerd v2.4.2 internal/cri/io/logger.go,
+NewCRILogger; internal/cri/server/container_start.go, createContainerLoggers)."""
 
 
 @pytest.fixture
@@ -113,9 +120,9 @@ async def test_a_real_kubelet_prepares_runs_and_releases_a_claim(
             return str(value) if value in ("Succeeded", "Failed") else None
 
         assert await eventually(phase, "the pod ran", WAIT) == "Succeeded", kubelet.log()
-        output = kubelet.container_log(NS, "gpu-user", "c")
-        assert "EXAMPLE_GPU_0=GPU-" in output or "EXAMPLE_GPU_1=GPU-" in output, output
-        assert "/dev/example-gpu" in output, output
+        output = await _container_output(kubelet)
+        assert "EXAMPLE_GPU_0=GPU-" in output or "EXAMPLE_GPU_1=GPU-" in output, _seen(output)
+        assert "/dev/example-gpu" in output, _seen(output)
         # The pod has run: the kubelet unprepares its claim by itself.
         await eventually(
             lambda: "unprepared" in driver.log(), "the kubelet's NodeUnprepareResources", WAIT
@@ -134,6 +141,27 @@ async def test_a_real_kubelet_prepares_runs_and_releases_a_claim(
         await eventually(lambda: _claim(api) is None, "the claim gone with its pod", WAIT)
     finally:
         await driver.terminate()
+
+
+async def _container_output(kubelet: realkubelet.RealKubelet) -> str:
+    """The container's log once it holds the last command's line, or as it is after
+    ``LOG_WAIT``."""
+    deadline = time.monotonic() + LOG_WAIT
+    while True:
+        output = kubelet.container_log(NS, "gpu-user", "c")
+        if "/dev/example-gpu" in output or time.monotonic() > deadline:
+            return output
+        await asyncio.sleep(0.1)
+
+
+def _seen(output: str) -> str:
+    """The container's output and the pod's log files with their sizes (a missing
+    folder and an empty file are different failures)."""
+    files: list[str] = []
+    for path in sorted(Path("/var/log/pods").glob(f"{NS}_gpu-user_*/*/*")):
+        with contextlib.suppress(OSError):
+            files.append(f"{path} ({path.stat().st_size} bytes)")
+    return f"{output!r}; its log files: {', '.join(files) or 'none'}"
 
 
 def _claim(api: ClusterApi) -> dict[str, Any] | None:

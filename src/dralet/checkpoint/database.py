@@ -481,7 +481,12 @@ class RecordDatabase:
         this node had and lost is ``CheckpointCorruptError``."""
         if self._opened or os.path.lexists(self.path):
             return None
-        why = storefiles.damage(self.path)
+        # Another thread may create the file meanwhile (``_open``), empty until SQLite
+        # first writes to it: a file that stands there by now is read as the store it is
+        # (judged when opened), never judged here as the store found missing.
+        why = storefiles.damage(self.path, read_header=not _live(self.path))
+        if os.path.lexists(self.path):
+            return None
         if why:
             raise errors.CheckpointCorruptError(str(self.path), why)
         return Snapshot(CheckpointStore(self.legacy).load() if self.legacy else Checkpoint())
