@@ -108,3 +108,30 @@ async def test_several_claims_locked_at_once_are_all_given_back(tmp_path: Path) 
 async def _enter_all(store: RecordStore, uids: list[str]) -> None:
     async with store.claim_locks(uids):
         pass
+
+
+async def test_a_lock_given_back_to_a_waiter_is_never_taken_by_a_newcomer_too(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path)
+    inside: list[str] = []
+    first = await store.lock_claim("uid-a")
+
+    async def enter(name: str) -> None:
+        lock = await store.lock_claim("uid-a")
+        inside.append(name)
+        await asyncio.sleep(0.05)
+        inside.remove(name)
+        store.unlock_claim("uid-a", lock)
+
+    waiter = asyncio.create_task(enter("waiter"))
+    await asyncio.sleep(0)  # queued on the claim's lock
+    store.unlock_claim("uid-a", first)  # handed to the waiter, which has not run yet
+    newcomer = asyncio.create_task(enter("newcomer"))
+    seen: set[int] = set()
+    while not (waiter.done() and newcomer.done()):
+        seen.add(len(inside))
+        await asyncio.sleep(0.005)
+    assert seen <= {0, 1}  # never both at once
+    assert store._claim_locks == {}
+    await store.close()

@@ -55,7 +55,9 @@ class RecordStore:
         self._writer = self._new_writer()
         self._kept: dict[str, str] = {}
         """Unusable file → the copy ``keep_aside`` linked for it."""
-        self._claim_locks: dict[str, asyncio.Lock] = {}
+        self._claim_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        """Claim UID → its in-process lock and how many hold it or wait for it: the lock
+        is forgotten only when nobody does (one given back is still its waiter's)."""
         self._node_locks = fsutil.KeyedLocks(settings.claim_lock_path)
         self._dir_ready = False
         self._pending_reads: list[tuple[str, asyncio.Future[tuple[ClaimRecord | None, str]]]] = []
@@ -266,9 +268,8 @@ class RecordStore:
 
     async def lock_claim(self, uid: str) -> asyncio.Lock:
         """Take the claim's locks (``claim_lock`` uses it); the in-process one taken."""
-        lock = self._claim_locks.get(uid)
-        if lock is None:
-            lock = self._claim_locks[uid] = asyncio.Lock()
+        lock, users = self._claim_locks.get(uid) or (asyncio.Lock(), 0)
+        self._claim_locks[uid] = (lock, users + 1)
         try:
             await lock.acquire()
             try:
@@ -292,7 +293,12 @@ class RecordStore:
             self._forget_lock(uid, lock)
 
     def _forget_lock(self, uid: str, lock: asyncio.Lock) -> None:
-        if not lock.locked() and self._claim_locks.get(uid) is lock:
+        """One user of the claim's lock is done with it (holding or waiting)."""
+        held, users = self._claim_locks[uid]
+        assert held is lock, f"claim {uid}: a lock that is not its own given back"
+        if users > 1:
+            self._claim_locks[uid] = (lock, users - 1)
+        else:
             del self._claim_locks[uid]
 
 
