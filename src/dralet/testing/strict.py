@@ -226,7 +226,7 @@ class StrictBackend:
         """Passed on to the inner backend, without the tokens this one adds to states."""
         if self.inner is not None:
             await self.inner.restore_held(
-                [
+                lambda: [
                     replace(h, state={k: v for k, v in h.state.items() if k != MARK_KEY})
                     for h in held
                 ]

@@ -307,11 +307,12 @@ class Invoker:
     async def health(self) -> Mapping[str, DeviceHealth]:
         return cast(Mapping[str, DeviceHealth], await self._call("health", None, self.inner.health))
 
-    async def restore_held(self, held: Sequence[HeldDevice]) -> None:
-        """Tell the backend what the claim records hold, if it asks (``restore_held``)."""
+    async def restore_held(self, held: Callable[[], Sequence[HeldDevice]]) -> None:
+        """Tell the backend what the claim records hold (``held()``, made only then), if
+        it asks (``restore_held``)."""
         hook = getattr(self.inner, "restore_held", None)
         if callable(hook):
-            await self._call("restore_held", None, hook, tuple(held))
+            await self._call("restore_held", None, hook, tuple(held()))
 
 
 def held_devices(records: Checkpoint) -> tuple[HeldDevice, ...]:

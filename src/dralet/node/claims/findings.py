@@ -129,7 +129,7 @@ async def take_snapshot(
     invoker = normalize(backend) if backend is not None else None
     if invoker is not None and checkpoint is not None:
         # The backend learns what the records hold before it is asked what is in use.
-        await invoker.restore_held(held_devices(checkpoint))
+        await invoker.restore_held(lambda: held_devices(checkpoint))
     return NodeSnapshot(
         driver=settings.driver_name,
         pool=settings.pool_name,
