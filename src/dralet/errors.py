@@ -1,6 +1,6 @@
 """One error taxonomy for dralet, used by every layer and acted on by the claim engine.
 
-Catch order, written out once (``dralet.node.claims.engine.ClaimEngine._answer``):
+Catch order, written out once (``dralet.node.claims.engine.answer_alone``):
 what ``goes_up`` (``asyncio.CancelledError``, ``IrreversibleError``) is always re-raised
 first, at every place that keeps a claim's failure to itself; ``IrreversibleError`` goes
 up to the RPC, which fails with gRPC Internal (the only path there); ``TemporaryError`` is
@@ -14,7 +14,7 @@ InvalidArgument and nothing changes.
 
 from __future__ import annotations
 
-import asyncio
+from typing import Any
 
 __all__ = [
     "GOES_UP",
@@ -97,9 +97,20 @@ class CheckpointCorruptError(PermanentError):
         self.reason = reason
 
 
-GOES_UP = (asyncio.CancelledError, IrreversibleError)
+GOES_UP: tuple[type[BaseException], ...]
 """Never kept as one claim's failure: ``except errors.GOES_UP: raise`` comes before
-every per-claim ``except Exception``."""
+every per-claim ``except Exception``. Made on first use (``__getattr__``): it names
+``asyncio.CancelledError``, and the code that only validates manifests or allocates
+does not load asyncio for it (its objects would slow every collection there)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "GOES_UP":
+        import asyncio  # loaded by the code that catches it, not before
+
+        globals()["GOES_UP"] = goes = (asyncio.CancelledError, IrreversibleError)
+        return goes
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def goes_up(exc: BaseException) -> bool:
