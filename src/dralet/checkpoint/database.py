@@ -116,12 +116,12 @@ _TEXT_ERRORS = "surrogateescape"
 """How text that is not UTF-8 is read: every byte kept as a lone surrogate, which no row
 checksum can be computed over, so the row fails its own claim alone (``decode_row``)."""
 _READ_CHUNK = 500
+"""Claims read in one query (SQLite allows 32,766 parameters; small chunks keep each
+statement cheap to prepare)."""
 MEMO_RECORDS = 4096
 """Records this process wrote or decoded last, kept to be handed back by a read whose row
 still hashes to what they were encoded as: a claim's next step reads back what its last
 step wrote without decoding it (the row is still read and checked every time)."""
-"""Claims read in one query (SQLite allows 32,766 parameters; small chunks keep each
-statement cheap to prepare)."""
 
 
 def _uid_chunks(uids: Sequence[str]) -> Iterator[tuple[Sequence[str], str]]:
