@@ -511,6 +511,7 @@ class RecordDatabase:
         unique = list(found)
         checksums = known.checksums if known is not None else {}
         records = known.checkpoint.claims if known is not None else {}
+        decoded_now: list[tuple[str, str, ClaimRecord]] = []
         with gcpause.paused():
             for chunk, marks in _uid_chunks(unique):
                 for row in self._query(f"{self._rows()} WHERE c.uid IN ({marks})", chunk):
@@ -523,7 +524,8 @@ class RecordDatabase:
                         continue
                     found[key] = decoded = _decoded(key, row)
                     if decoded[0] is not None:
-                        self._remember([(key, str(_identity(row)), decoded[0])])
+                        decoded_now.append((key, str(_identity(row)), decoded[0]))
+        self._remember(decoded_now)
         return found
 
     def _remember(self, rows: Iterable[tuple[str, str, ClaimRecord]]) -> None:
