@@ -14,11 +14,14 @@ What this sandbox needs for it, each set below with the reason:
 - pods use the host network; the CNI config is loopback only, so containerd reports the
   network ready without creating bridges.
 
-Everything lives under one temporary root (the kubelet's ``--root-dir`` and ``--cert-dir``,
-containerd's root and state, the CDI dir) except what the kubelet writes to its fixed
-paths: the container logs in /var/log/pods and /var/log/containers, removed for this
-node's pods at the end, and its device plugin socket dir /var/lib/kubelet/device-plugins,
-removed at the end when the host had none before; mounts under the root are unmounted.
+Everything lives under one temporary root (the kubelet's ``--root-dir``, ``--cert-dir`` and
+``podLogsDir``, containerd's root and state, the CDI dir) except what the kubelet writes to
+its fixed paths: a link per container in /var/log/containers, removed at the end for the links
+into this root, and its device plugin socket dir /var/lib/kubelet/device-plugins, removed at
+the end when the host had none before; mounts under the root are unmounted. The pod logs have
+a dir of their own because kubelets sharing /var/log/pods remove each other's: a kubelet's log
+GC removes the folders of pods it does not know, and a shared teardown could only remove by
+age.
 """
 
 from __future__ import annotations
@@ -110,9 +113,14 @@ class RealKubelet:
     def log(self) -> str:
         return (self.root / "kubelet.log").read_text(errors="replace")[-4000:]
 
+    @property
+    def pod_logs_dir(self) -> Path:
+        """This kubelet's ``podLogsDir``: a folder ``<namespace>_<pod>_<uid>`` per pod."""
+        return self.root / POD_LOGS
+
     def container_log(self, namespace: str, pod: str, container: str) -> str:
         """What the container wrote, from the kubelet's log files."""
-        for directory in Path("/var/log/pods").glob(f"{namespace}_{pod}_*"):
+        for directory in self.pod_logs_dir.glob(f"{namespace}_{pod}_*"):
             for path in sorted((directory / container).glob("*.log")):
                 lines = path.read_text(errors="replace").splitlines()
                 return "\n".join(line.split(" ", 3)[-1] for line in lines)
@@ -176,6 +184,9 @@ state = "{root}/containerd/state"
                 "imageGCHighThresholdPercent": 100,
                 "imageGCLowThresholdPercent": 99,
                 "address": node_ip,
+                # KubeletConfiguration.podLogsDir: absolute, default /var/log/pods
+                # (k8s.io/kubernetes@v1.37.2 pkg/kubelet/apis/config/types.go).
+                "podLogsDir": str(root / POD_LOGS),
             }
         )
     )
@@ -220,7 +231,6 @@ def real_kubelet(
     env = {**os.environ, "PATH": f"{runtime}:{os.environ['PATH']}"}
     containerd: subprocess.Popen[bytes] | None = None
     kubelet: subprocess.Popen[bytes] | None = None
-    logs_before = {d: set(_entries(d)) for d in LOG_DIRS}
     # The outermost of the kubelet's fixed dirs the host lacks: all of it is this kubelet's.
     made_on_host = next((d for d in DEVICE_PLUGIN_DIRS if not os.path.lexists(d)), None)
     try:
@@ -269,19 +279,19 @@ def real_kubelet(
                     process.wait()
         subprocess.run(["pkill", "-f", f"containerd-shim-runc-v2.*{root}"], check=False)
         _unmount_under(root)
-        for logs, found in logs_before.items():
-            for path in set(_entries(logs)) - found:
-                if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    path.unlink(missing_ok=True)
+        for link in _entries(CONTAINER_LINKS):
+            with contextlib.suppress(OSError):
+                if link.is_symlink() and os.readlink(link).startswith(f"{root}/"):
+                    link.unlink()
         if made_on_host is not None:
             shutil.rmtree(made_on_host, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 
 
-LOG_DIRS = (Path("/var/log/pods"), Path("/var/log/containers"))
-"""Where a kubelet writes container logs, whatever its root dir."""
+POD_LOGS = "pod-logs"
+CONTAINER_LINKS = Path("/var/log/containers")
+"""Where a kubelet links each container's log, whatever its ``podLogsDir``
+(legacyContainerLogsDir, k8s.io/kubernetes@v1.37.2 pkg/kubelet/kuberuntime/legacy.go)."""
 DEVICE_PLUGIN_DIRS = (Path("/var/lib/kubelet"), Path("/var/lib/kubelet/device-plugins"))
 """The device manager's socket dir (a fixed path, whatever the root dir), with its parent."""
 

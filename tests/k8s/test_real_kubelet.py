@@ -121,8 +121,9 @@ async def test_a_real_kubelet_prepares_runs_and_releases_a_claim(
 
         assert await eventually(phase, "the pod ran", WAIT) == "Succeeded", kubelet.log()
         output = await _container_output(kubelet)
-        assert "EXAMPLE_GPU_0=GPU-" in output or "EXAMPLE_GPU_1=GPU-" in output, _seen(output)
-        assert "/dev/example-gpu" in output, _seen(output)
+        seen = _seen(kubelet, output)
+        assert "EXAMPLE_GPU_0=GPU-" in output or "EXAMPLE_GPU_1=GPU-" in output, seen
+        assert "/dev/example-gpu" in output, seen
         # The pod has run: the kubelet unprepares its claim by itself.
         await eventually(
             lambda: "unprepared" in driver.log(), "the kubelet's NodeUnprepareResources", WAIT
@@ -154,11 +155,11 @@ async def _container_output(kubelet: realkubelet.RealKubelet) -> str:
         await asyncio.sleep(0.1)
 
 
-def _seen(output: str) -> str:
+def _seen(kubelet: realkubelet.RealKubelet, output: str) -> str:
     """The container's output and the pod's log files with their sizes (a missing
     folder and an empty file are different failures)."""
     files: list[str] = []
-    for path in sorted(Path("/var/log/pods").glob(f"{NS}_gpu-user_*/*/*")):
+    for path in sorted(kubelet.pod_logs_dir.glob(f"{NS}_gpu-user_*/*/*")):
         with contextlib.suppress(OSError):
             files.append(f"{path} ({path.stat().st_size} bytes)")
     return f"{output!r}; its log files: {', '.join(files) or 'none'}"
