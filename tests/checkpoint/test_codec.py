@@ -3,6 +3,7 @@ newer release's added fields still verify, a future schema is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -257,3 +258,47 @@ def test_a_damaged_device_is_refused_with_a_reason(change: dict[str, Any], reaso
     row["devices"][0].update(change)
     with pytest.raises(codec.CodecError, match=reason):
         codec.decode_record(PREVIOUS_UID, json.dumps(row))
+
+
+def test_a_decoded_record_holds_every_field_of_each_class_as_its_constructor_sets_them() -> None:
+    """The codec builds records without their ``__init__``: each decoded object has every
+    field its class declares, and equals the one the constructor makes."""
+    device = AllocatedDevice(
+        request="gpu",
+        pool="node-a",
+        device="gpu-0",
+        admin_access=True,
+        share_id="share-1",
+        configs=(DeviceConfig(source="class", requests=("gpu",), parameters={"mode": "a"}),),
+        subrequest="large",
+        consumed_capacity={"memory": "4Gi"},
+        tolerations=({"key": "k", "operator": "Exists"},),
+        extra={"newerField": 1},
+    )
+    record = ClaimRecord(
+        uid="uid-1",
+        namespace="default",
+        name="claim",
+        state=ClaimState.PREPARE_COMPLETED,
+        devices=(
+            DeviceRecord(
+                device,
+                request_names=("gpu",),
+                config_places=(2,),
+                cdi_device_ids=("gpu.example.com/claim=uid-1-gpu-0",),
+                external_cdi_ids=("other.example.com/x=y",),
+                state={"index": 0},
+            ),
+        ),
+        cdi_spec={"cdiVersion": "0.5.0", "kind": "gpu.example.com/claim", "devices": []},
+        cdi_spec_stamp=(1, 2, 3),
+        device_metadata={"gpu": "{}"},
+        finalizer_added=True,
+        boot_id="boot-1",
+        updated_at="2026-12-06T00:00:00Z",
+    )
+    decoded = codec.decode_record(record.uid, codec.encode_record(record))
+    for made in (decoded, decoded.devices[0], decoded.devices[0].allocated):
+        assert set(vars(made)) == {f.name for f in dataclasses.fields(made)}, type(made)
+    assert decoded == record
+    assert dataclasses.replace(decoded, name="other").name == "other"

@@ -35,7 +35,7 @@ async def test_start_sweeps_every_leftover_of_ours_and_nothing_else(short_root: 
         _leave(cdi / f".{OURS}_{UID}.json.4242.tmp"),  # an older release's name
         _leave(plugin / ".checkpoint.json.fedcba9876543210.tmp"),
         _leave(plugin / ".checkpoint.json.corrupt-20260101T000000.00112233aabbccdd.tmp"),
-        _leave(state / "devices" / ".gpu-1.json.a1b2c3d4e5f60718.tmp"),
+        _leave(state / "holds" / ".shard-1.json.a1b2c3d4e5f60718.tmp"),
         _leave(state / ".gpus.json.a1b2c3d4e5f60718.tmp"),  # an older release's name
         _leave(state / "info" / "gpu-0" / ".uuid.a1b2c3d4e5f60718.tmp"),
     ]

@@ -1,7 +1,7 @@
-"""The example GPUs' "hardware" state: one file per device, so a take or give-back reads
-and writes only the files of the device's own GPU, whatever else is held; a lock per GPU
-that every process using the state directory honours; an earlier release's single file
-taken over."""
+"""The example GPUs' "hardware" state: the holds spread over at most 64 files by GPU, so a
+take or give-back reads and writes only its own GPU's file, whatever else is held, and a
+start reads at most 64 files; a lock per file that every process using the state
+directory honours; an earlier release's single file taken over."""
 
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ from typing import Any
 
 import pytest
 
-from dralet.drivers.example.gpus import SimulatedGPUs, held_devices
+from dralet.drivers.example.gpus import SHARDS, SimulatedGPUs, held_devices
 from dralet.errors import ClaimError
 from dralet.node.backend import AllocatedDevice, ClaimRef, ClaimUID
-
-HELD = 100
 
 
 def _ref(index: int) -> ClaimRef:
@@ -39,7 +37,7 @@ def _files(directory: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The device files opened meanwhile (by name; temp and lock files aside)."""
+    """The holds files opened meanwhile (by name; temp and lock files aside)."""
     seen: list[str] = []
     real = os.open
 
@@ -53,28 +51,51 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-async def test_a_take_and_give_back_touch_only_that_devices_file(
+async def test_a_take_and_give_back_touch_only_their_gpus_file(
     tmp_path: Path, reads: list[str]
 ) -> None:
-    gpus = SimulatedGPUs(state_dir=tmp_path / "gpus", node_name="node-a", count=HELD + 1)
-    for index in range(HELD):
+    gpus = SimulatedGPUs(state_dir=tmp_path / "gpus", node_name="node-a", count=SHARDS)
+    for index in range(SHARDS - 1):
         await gpus.prepare(_ref(index), _device(f"gpu-{index}"))
-    devices = tmp_path / "gpus" / "devices"
-    before = _files(devices)
-    assert len(before) == HELD
-    claim, device = _ref(HELD), _device(f"gpu-{HELD}")
+    holds = tmp_path / "gpus" / "holds"
+    before = _files(holds)
+    assert len(before) == SHARDS - 1
+    last = SHARDS - 1
+    claim, device = _ref(last), _device(f"gpu-{last}")
     reads.clear()
 
     prepared = await gpus.prepare(claim, device)
-    assert json.loads((devices / f"gpu-{HELD}.json").read_text()) == {"claim": claim.uid}
+    shard = holds / f"shard-{last}.json"
+    assert json.loads(shard.read_text()) == {f"gpu-{last}": {"claim": claim.uid}}
     await gpus.release(claim, device, prepared.state)
 
-    assert reads == [f"gpu-{HELD}.json"] * 2  # the take's and the give-back's
-    assert _files(devices) == before  # none rewritten, and the device's own file is gone
-    assert len(gpus.in_use()) == HELD
+    assert reads == [f"shard-{last}.json"] * 2  # the take's and the give-back's
+    assert _files(holds) == before  # none rewritten, and the GPU's own file is gone
+    assert len(gpus.in_use()) == SHARDS - 1
 
 
-async def test_a_partition_and_its_whole_gpu_read_only_their_own_gpus_files(
+async def test_a_start_reads_one_file_per_shard_however_many_devices_are_held(
+    tmp_path: Path, reads: list[str]
+) -> None:
+    held = SHARDS * 3
+    gpus = SimulatedGPUs(state_dir=tmp_path / "gpus", node_name="node-a", count=held)
+    for index in range(held):
+        await gpus.prepare(_ref(index), _device(f"gpu-{index}"))
+    reads.clear()
+
+    in_use = held_devices(tmp_path / "gpus")
+
+    assert in_use == {f"gpu-{i}": _ref(i).uid for i in range(held)}
+    assert sorted(reads) == sorted(f"shard-{k}.json" for k in range(SHARDS))
+    # GPUs sharing a file: a give-back rewrites it with the others' holds kept.
+    await gpus.release(_ref(SHARDS), _device(f"gpu-{SHARDS}"), {})
+    assert json.loads((tmp_path / "gpus" / "holds" / "shard-0.json").read_text()) == {
+        "gpu-0": {"claim": _ref(0).uid},
+        f"gpu-{2 * SHARDS}": {"claim": _ref(2 * SHARDS).uid},
+    }
+
+
+async def test_a_partition_and_its_whole_gpu_read_only_their_own_gpus_file(
     tmp_path: Path, reads: list[str]
 ) -> None:
     gpus = SimulatedGPUs(state_dir=tmp_path / "gpus", node_name="node-a", count=3, partitions=2)
@@ -82,21 +103,21 @@ async def test_a_partition_and_its_whole_gpu_read_only_their_own_gpus_files(
     reads.clear()
 
     await gpus.prepare(_ref(2), _device("gpu-0-part-1"))
-    assert sorted(reads) == ["gpu-0-part-1.json", "gpu-0.json"]
+    assert reads == ["shard-0.json"]
     reads.clear()
     with pytest.raises(ClaimError, match="gpu-0-part-1 is in use by claim"):
         await gpus.prepare(_ref(3), _device("gpu-0"))
-    assert sorted(reads) == ["gpu-0-part-0.json", "gpu-0-part-1.json", "gpu-0.json"]
+    assert reads == ["shard-0.json"]
 
 
-async def test_the_last_share_given_back_removes_the_devices_file(tmp_path: Path) -> None:
+async def test_the_last_share_given_back_removes_the_gpus_file(tmp_path: Path) -> None:
     gpus = SimulatedGPUs(state_dir=tmp_path / "gpus", node_name="node-a", count=1, shared=1)
     a, b = _ref(1), _ref(2)
     first = await gpus.prepare(a, _device("gpu-0", share_id="s-1", memory="10Gi"))
     second = await gpus.prepare(b, _device("gpu-0", share_id="s-2", memory="30Gi"))
-    path = tmp_path / "gpus" / "devices" / "gpu-0.json"
+    path = tmp_path / "gpus" / "holds" / "shard-0.json"
     assert json.loads(path.read_text()) == {
-        "shares": {a.uid: {"s-1": "10Gi"}, b.uid: {"s-2": "30Gi"}}
+        "gpu-0": {"shares": {a.uid: {"s-1": "10Gi"}, b.uid: {"s-2": "30Gi"}}}
     }
     assert held_devices(tmp_path / "gpus") == {"gpu-0": sorted([a.uid, b.uid])}
 
@@ -125,7 +146,7 @@ async def test_a_take_waits_for_its_gpus_lock_held_elsewhere_and_no_other(
 ) -> None:
     gpus = SimulatedGPUs(state_dir=tmp_path / "gpus", node_name="node-a", count=2)
     # An flock on its own open file description, as another driver process holds it.
-    fd = os.open(tmp_path / "gpus" / "locks" / "gpu-0.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(tmp_path / "gpus" / "locks" / "shard-0.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         waiting = asyncio.create_task(gpus.prepare(_ref(1), _device("gpu-0")))
@@ -157,9 +178,9 @@ async def test_two_backends_over_one_state_dir_refuse_each_others_device(
     assert len(one.in_use()) == 1
 
 
-def test_an_earlier_releases_single_file_is_split_per_device(tmp_path: Path) -> None:
+def test_an_earlier_releases_single_file_is_taken_over(tmp_path: Path) -> None:
     state = tmp_path / "gpus"
-    (state / "devices").mkdir(parents=True)
+    (state / "holds").mkdir(parents=True)
     (state / "gpus.json").write_text(
         json.dumps(
             {
@@ -168,7 +189,8 @@ def test_an_earlier_releases_single_file_is_split_per_device(tmp_path: Path) -> 
             }
         )
     )
-    (state / "devices" / "gpu-1.json").write_text(json.dumps({"claim": "uid-b"}))  # newer
+    newer = {"gpu-1": {"claim": "uid-b"}}
+    (state / "holds" / "shard-1.json").write_text(json.dumps(newer))
 
     gpus = SimulatedGPUs(state_dir=state, node_name="node-a", count=4, shared=1)
 

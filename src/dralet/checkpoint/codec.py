@@ -24,7 +24,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from dralet.checkpoint.allocated import AllocatedDevice, DeviceConfig
 from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
@@ -46,6 +46,19 @@ CURRENT_VERSION = 2
 
 class CodecError(ValueError):
     """The bytes are not a checkpoint this release can trust."""
+
+
+_Frozen = TypeVar("_Frozen")
+
+
+def _made(cls: type[_Frozen], **fields: Any) -> _Frozen:
+    """A frozen dataclass holding ``fields``, every one of them, set without its
+    ``__init__``: decoding runs per row, and a frozen dataclass's ``__init__`` pays an
+    ``object.__setattr__`` per field (half of a record's decode). Only for the record
+    classes, which check nothing in ``__init__`` (``test_codec`` holds each to its fields)."""
+    instance = object.__new__(cls)
+    instance.__dict__.update(fields)
+    return instance
 
 
 def _parse_json(text: str | bytes, what: str) -> Any:
@@ -296,8 +309,10 @@ def _device_from_dict(value: Any) -> DeviceRecord:
         isinstance(tolerations, list) and all(isinstance(t, dict) for t in tolerations)
     ):
         raise CodecError(f"field {_TOLERATIONS!r} must be a list of objects")
-    return DeviceRecord(
-        allocated=AllocatedDevice(
+    return _made(
+        DeviceRecord,
+        allocated=_made(
+            AllocatedDevice,
             # Older records handed the backend the first of the request names.
             request=_field(d, "request", str, request_names[0] if request_names else ""),
             pool=_field(d, "pool", str, None),
@@ -348,7 +363,8 @@ def _record_from_dict(uid: str, value: Any) -> ClaimRecord:
         _mapping(metadata, f"claim {uid[:64]!r} deviceMetadata")
     if metadata and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise CodecError(f"claim {uid[:64]!r} deviceMetadata must map requests to text")
-    return ClaimRecord(
+    return _made(
+        ClaimRecord,
         uid=uid,
         namespace=_field(r, "namespace", str, None),
         name=_field(r, "name", str, None),

@@ -1,17 +1,18 @@
 """Simulated GPUs: a ``dralet.ClaimBackend`` whose "hardware" is a directory of state files.
 
 Each GPU has a UUID, a model, an index and a memory capacity. Preparing one for a claim
-records the claim in the device's own file, ``<state_dir>/devices/<device>.json``
-(``{"claim": "<uid>"}``, or ``{"shares": {"<uid>": {"<shareID>": "<memory>"}}}`` for a
-shared GPU), and injects an env var, a device node and a read-only info mount into the
-container; releasing it removes the record (the file, once nothing is held). A take or
-give-back reads and writes only the files of the device's own GPU, under that GPU's lock
-(``<state_dir>/locks/gpu-<i>.lock``, shared by every process using the directory), so it
-costs the same with 1 or 1,000 devices held. Because the record lives outside dralet's
-checkpoint, a device that dralet forgot to release is visible there: that is what makes a
-leak observable in tests. (An earlier release's single ``gpus.json`` is split into these
-files at start.) ``health.json`` in the same directory (``{"gpu-1": "reason"}``) marks
-devices unhealthy.
+records the claim as the device's hold (``{"claim": "<uid>"}``, or ``{"shares": {"<uid>":
+{"<shareID>": "<memory>"}}}`` for a shared GPU), and injects an env var, a device node and
+a read-only info mount into the container; releasing it removes the hold. The holds of GPU
+``i`` live in ``<state_dir>/holds/shard-<i mod 64>.json`` (device -> hold), read and
+written under that file's lock (``<state_dir>/locks/shard-<k>.lock``, shared by every
+process using the directory). On a node of up to 64 GPUs a take or give-back so reads and
+writes only its own GPU's holds, whatever else is held; on a larger one, those of the
+``count / 64`` GPUs sharing its file; and listing every hold (each start, each audit)
+reads at most 64 files. Because the holds live outside dralet's checkpoint, a device that
+dralet forgot to release is visible there: that is what makes a leak observable in tests.
+(An earlier release's single ``gpus.json`` is taken over at start.) ``health.json`` in the
+same directory (``{"gpu-1": "reason"}``) marks devices unhealthy.
 
 A claim (or its DeviceClass) may set ``{"mode": "..."}`` in its opaque config; the
 settings apply in precedence order (class before claim, later wins) and the mode is
@@ -49,10 +50,13 @@ DEVICE_NODE_HOST_PATH = "/dev/null"
 INFO_MOUNT_DIR = "/run/example-gpu"
 
 
-DEVICES_DIR = "devices"
-"""Under the state dir: one ``<device>.json`` per device held."""
+HOLDS_DIR = "holds"
+"""Under the state dir: ``shard-<k>.json``, the holds of the GPUs whose index is k modulo
+``SHARDS``."""
 LOCKS_DIR = "locks"
-"""Under the state dir: one ``gpu-<i>.lock`` per GPU, for its devices' files."""
+"""Under the state dir: ``shard-<k>.lock``, one per holds file."""
+SHARDS = 64
+"""How many files the holds are spread over: a GPU's devices always share one."""
 
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -76,18 +80,17 @@ def _load(path: str | Path, *, dir_fd: int | None = None) -> dict[str, Any]:
     return document
 
 
-def _device_documents(devices_dir: Path) -> dict[str, dict[str, Any]]:
-    """Every device's document (each read whole; together they are not one snapshot).
-    Read at every start and audit, one file per device held: kept to a few syscalls."""
+def _device_documents(holds_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every held device's hold, by device (each file read whole; together they are not one
+    snapshot). Read at every start and audit: one file per shard in use, whatever is held."""
     documents: dict[str, dict[str, Any]] = {}
     # Each file opened by name relative to the folder: no path built or walked per file.
-    folder = os.open(devices_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    folder = os.open(holds_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in os.listdir(folder):
             if not name.endswith(".json") or name.startswith("."):
                 continue  # a temporary file of a write under way, or not this backend's
-            if document := _load(name, dir_fd=folder):
-                documents[name.removesuffix(".json")] = document
+            documents.update(_load(name, dir_fd=folder))
     finally:
         os.close(folder)
     return dict(sorted(documents.items()))
@@ -97,7 +100,7 @@ def held_devices(state_dir: Path) -> dict[str, str | Sequence[str]]:
     """What the simulated GPUs under ``state_dir`` hold: each device's claim UID, or the
     sorted UIDs of the claims holding a share of it."""
     held: dict[str, str | Sequence[str]] = {}
-    for device, document in _device_documents(state_dir / DEVICES_DIR).items():
+    for device, document in _device_documents(state_dir / HOLDS_DIR).items():
         if "claim" in document:
             held[device] = document["claim"]
         elif document.get("shares"):
@@ -132,9 +135,9 @@ class SimulatedGPUs:
         self.prepare_delay = dict(prepare_delay or {})
         self._survives_reboot = survives_reboot
         self._health_path = state_dir / "health.json"
-        self._devices_dir = state_dir / DEVICES_DIR
+        self._holds_dir = state_dir / HOLDS_DIR
         self._locks_dir = state_dir / LOCKS_DIR
-        for directory in (state_dir, self._devices_dir, self._locks_dir):
+        for directory in (state_dir, self._holds_dir, self._locks_dir):
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._import_single_file()
 
@@ -152,32 +155,33 @@ class SimulatedGPUs:
             uuid.uuid5(uuid.NAMESPACE_URL, f"dralet-example/{self.node_name}/{name}")
         )
 
-    # The "hardware" state: one document per device, read and written under its GPU's lock.
+    # The "hardware" state: the holds of a GPU's shard, read and written under its lock.
 
-    def _path(self, device: str) -> Path:
-        return self._devices_dir / f"{device}.json"
+    def _holds_path(self, gpu: int) -> Path:
+        return self._holds_dir / f"shard-{gpu % SHARDS}.json"
 
     def _lock(self, gpu: int) -> dralet.FileLock:
-        return dralet.FileLock(self._locks_dir / f"gpu-{gpu}.lock")
+        return dralet.FileLock(self._locks_dir / f"shard-{gpu % SHARDS}.lock")
 
-    def _read(self, device: str) -> dict[str, Any]:
-        return _load(self._path(device))
+    def _holds(self, gpu: int) -> dict[str, dict[str, Any]]:
+        """Device -> hold, for the devices of ``gpu``'s shard (its lock held)."""
+        return _load(self._holds_path(gpu))
 
-    def _write(self, device: str, document: Mapping[str, Any]) -> None:
-        """The device's file holds ``document``; it is removed when that holds nothing."""
-        if document:
-            dralet.atomic_write(self._path(device), json.dumps(document, sort_keys=True).encode())
+    def _store(self, gpu: int, holds: Mapping[str, Mapping[str, Any]]) -> None:
+        """``gpu``'s shard holds ``holds`` (its lock held); its file is removed when empty."""
+        if holds:
+            dralet.atomic_write(self._holds_path(gpu), json.dumps(holds, sort_keys=True).encode())
         else:
-            dralet.remove_file(self._path(device))
+            dralet.remove_file(self._holds_path(gpu))
 
     def in_use(self) -> dict[str, str]:
         """Each device held whole (or as a partition) and its claim's UID."""
-        documents = _device_documents(self._devices_dir)
+        documents = _device_documents(self._holds_dir)
         return {device: doc["claim"] for device, doc in documents.items() if "claim" in doc}
 
     def shares(self) -> dict[str, dict[str, dict[str, str]]]:
         """Each shared device's shares: claim UID -> share ID -> memory."""
-        documents = _device_documents(self._devices_dir)
+        documents = _device_documents(self._holds_dir)
         return {device: doc["shares"] for device, doc in documents.items() if "shares" in doc}
 
     def mark_in_use(self, device: str, claim_uid: str) -> None:
@@ -187,11 +191,11 @@ class SimulatedGPUs:
         if name is None:
             raise ValueError(f"not a simulated GPU name: {device!r}")
         with self._lock(name.gpu).hold():
-            self._write(device, {"claim": claim_uid})
+            self._store(name.gpu, {**self._holds(name.gpu), device: {"claim": claim_uid}})
 
     def _import_single_file(self) -> None:
-        """Split an earlier release's single ``gpus.json`` into one file per device (a
-        device's own file, when one exists, is newer and wins), then remove it."""
+        """Take over an earlier release's single ``gpus.json`` (a hold already in a shard
+        is newer and wins), then remove it."""
         legacy = self.state_dir / "gpus.json"
         if not legacy.exists():
             return
@@ -209,8 +213,9 @@ class SimulatedGPUs:
                 if name is None:
                     continue
                 with self._lock(name.gpu).hold():
-                    if not self._path(device).exists():
-                        self._write(device, document)
+                    holds = self._holds(name.gpu)
+                    if device not in holds:
+                        self._store(name.gpu, {**holds, device: document})
             dralet.remove_file(legacy)
 
     def _name(self, claim: dralet.ClaimRef, device: str) -> DeviceName:
@@ -256,10 +261,9 @@ class SimulatedGPUs:
     async def counter_sets(self) -> Sequence[dralet.CounterSet]:
         return self.layout.counter_sets()
 
-    def _conflict(self, name: DeviceName, claim: str) -> str:
+    def _conflict(self, name: DeviceName, claim: str, holds: Mapping[str, Any]) -> str:
         """Another claim's hold on the same silicon: the whole GPU for a partition, a
-        partition for the whole GPU. Only the files of ``name``'s GPU are read (under its
-        lock, which the caller holds)."""
+        partition for the whole GPU (``holds``: the GPU's shard, its lock held)."""
         whole = f"gpu-{name.gpu}"
         if name.partition is not None:
             others = [whole]
@@ -268,7 +272,7 @@ class SimulatedGPUs:
         else:
             others = []
         for device in others:
-            holder = self._read(device).get("claim")
+            holder = holds.get(device, {}).get("claim")
             if holder and holder != claim:
                 return f"{device} is in use by claim {holder} in the hardware"
         return ""
@@ -329,25 +333,26 @@ class SimulatedGPUs:
     ) -> Path:
         """Mark ``device`` as ``claim``'s (or add its share); its info dir."""
         with self._lock(name.gpu).hold():
-            held = self._read(device.device)
+            holds = self._holds(name.gpu)
+            held = holds.get(device.device, {})
             if shared:
                 if not device.share_id:
                     raise dralet.ClaimError(claim.uid, f"{device.device} is shared: no shareID")
                 mine = held.setdefault("shares", {}).setdefault(claim.uid, {})
                 if mine.get(device.share_id) != memory:
                     mine[device.share_id] = memory
-                    self._write(device.device, held)
+                    self._store(name.gpu, {**holds, device.device: held})
             else:
                 holder = held.get("claim")
                 if holder and holder != claim.uid and not device.admin_access:
                     raise dralet.ClaimError(
                         claim.uid, f"{device.device} is in use by claim {holder} in the hardware"
                     )
-                conflict = "" if device.admin_access else self._conflict(name, claim.uid)
+                conflict = "" if device.admin_access else self._conflict(name, claim.uid, holds)
                 if conflict:
                     raise dralet.ClaimError(claim.uid, conflict)
                 if not device.admin_access and holder != claim.uid:
-                    self._write(device.device, {**held, "claim": claim.uid})
+                    self._store(name.gpu, {**holds, device.device: {**held, "claim": claim.uid}})
         info_dir = self.state_dir / "info" / device.device
         uuid_file = info_dir / "uuid"
         if not uuid_file.exists():  # the UUID never changes: written once
@@ -367,7 +372,8 @@ class SimulatedGPUs:
         if name is None:
             return  # never taken: a take refuses a name that is not a GPU's
         with self._lock(name.gpu).hold():
-            held = self._read(device.device)
+            holds = self._holds(name.gpu)
+            held = holds.get(device.device, {})
             mine = held.get("shares", {}).get(claim.uid, {})
             if device.share_id and device.share_id in mine:
                 del mine[device.share_id]
@@ -375,10 +381,15 @@ class SimulatedGPUs:
                     del held["shares"][claim.uid]
                 if not held["shares"]:
                     del held["shares"]
-                self._write(device.device, held)
             elif held.get("claim") == claim.uid:
                 del held["claim"]
-                self._write(device.device, held)
+            else:
+                return
+            if held:
+                holds[device.device] = held
+            else:
+                del holds[device.device]
+            self._store(name.gpu, holds)
 
     async def devices_in_use(self) -> Mapping[str, str | Sequence[str]]:
         return await asyncio.to_thread(held_devices, self.state_dir)

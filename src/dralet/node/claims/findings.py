@@ -332,31 +332,34 @@ def plan_node(snapshot: NodeSnapshot) -> list[Finding]:
             )
     holders: dict[tuple[str, str, str], list[str]] = {}
     for uid, record in sorted(records.items()):
-        where = f"{record.namespace}/{record.name}"
-        view = ClaimView(uid, record, spec_present=uid in snapshot.specs, boot_id=snapshot.boot_id)
+        spec_present = uid in snapshot.specs
+        view = ClaimView(uid, record, spec_present=spec_present, boot_id=snapshot.boot_id)
         actions = plan_repair(view)
         for action in actions:
             if action in _RECORD_FINDINGS:
                 kind, what = _RECORD_FINDINGS[action]
+                where = f"{record.namespace}/{record.name}"
                 found.append(_finding(kind, uid, f"claim {where}: {what}", action))
         # A claim revalidated after a reboot gets its spec rewritten by that same step.
         if (
-            record.state == ClaimState.PREPARE_COMPLETED
-            and uid not in snapshot.specs
+            not spec_present
+            and record.state == ClaimState.PREPARE_COMPLETED
             and Action.REVALIDATE not in actions
         ):
             found.append(
                 _finding(
                     "missing-spec",
                     uid,
-                    f"prepared claim {where} has no CDI spec",
+                    f"prepared claim {record.namespace}/{record.name} has no CDI spec",
                     next(iter(rewrite_spec(record, spec_present=False)), None),
                 )
             )
         if record.holds_devices:
             for d in record.devices:
-                if not d.admin_access:
-                    holders.setdefault((d.pool, d.device, d.share_id), []).append(uid)
+                held = d.allocated
+                if not held.admin_access:
+                    key = (held.pool, held.device, held.share_id)
+                    holders.setdefault(key, []).append(uid)
     for (pool, device, _), uids in sorted(holders.items()):
         if len(uids) > 1:
             found.append(
