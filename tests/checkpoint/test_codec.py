@@ -260,6 +260,19 @@ def test_a_damaged_device_is_refused_with_a_reason(change: dict[str, Any], reaso
         codec.decode_record(PREVIOUS_UID, json.dumps(row))
 
 
+@pytest.mark.parametrize(
+    "stamp",
+    [[1, 2], [1, 2, 3, 4], [1, 2, -3], [True, 2, 3], [1.0, 2, 3], ["1", 2, 3], "1,2,3", {}],
+)
+def test_a_damaged_spec_stamp_is_refused(stamp: object) -> None:
+    row = json.loads(codec.encode_record(codec.decode_record(PREVIOUS_UID, PREVIOUS_ROW)))
+    row["cdiSpecStamp"] = stamp
+    with pytest.raises(codec.CodecError, match="cdiSpecStamp must be three counts"):
+        codec.decode_record(PREVIOUS_UID, json.dumps(row))
+    row["cdiSpecStamp"] = [1, 2, 3]
+    assert codec.decode_record(PREVIOUS_UID, json.dumps(row)).cdi_spec_stamp == (1, 2, 3)
+
+
 def test_a_decoded_record_holds_every_field_of_each_class_as_its_constructor_sets_them() -> None:
     """The codec builds records without their ``__init__``: each decoded object has every
     field its class declares, and equals the one the constructor makes."""

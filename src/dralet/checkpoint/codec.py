@@ -24,10 +24,16 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from dralet.checkpoint.allocated import AllocatedDevice, DeviceConfig
-from dralet.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
+from dralet.checkpoint.model import (
+    Checkpoint,
+    ClaimRecord,
+    ClaimState,
+    DeviceRecord,
+    construct,
+)
 
 __all__ = [
     "API_GROUP",
@@ -46,19 +52,6 @@ CURRENT_VERSION = 2
 
 class CodecError(ValueError):
     """The bytes are not a checkpoint this release can trust."""
-
-
-_Frozen = TypeVar("_Frozen")
-
-
-def _made(cls: type[_Frozen], **fields: Any) -> _Frozen:
-    """A frozen dataclass holding ``fields``, every one of them, set without its
-    ``__init__``: decoding runs per row, and a frozen dataclass's ``__init__`` pays an
-    ``object.__setattr__`` per field (half of a record's decode). Only for the record
-    classes, which check nothing in ``__init__`` (``test_codec`` holds each to its fields)."""
-    instance = object.__new__(cls)
-    instance.__dict__.update(fields)
-    return instance
 
 
 def _parse_json(text: str | bytes, what: str) -> Any:
@@ -86,7 +79,11 @@ def _field(m: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
 
 
 def _strings(m: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    values = _field(m, key, list, [])
+    values = m.get(key)
+    if type(values) is not list:
+        if values is None and key not in m:
+            return ()
+        values = _field(m, key, list, [])  # raises, naming the field
     for v in values:
         if type(v) is not str:
             raise CodecError(f"field {key!r} must be a list of strings")
@@ -309,9 +306,9 @@ def _device_from_dict(value: Any) -> DeviceRecord:
         isinstance(tolerations, list) and all(isinstance(t, dict) for t in tolerations)
     ):
         raise CodecError(f"field {_TOLERATIONS!r} must be a list of objects")
-    return _made(
+    return construct(
         DeviceRecord,
-        allocated=_made(
+        allocated=construct(
             AllocatedDevice,
             # Older records handed the backend the first of the request names.
             request=_field(d, "request", str, request_names[0] if request_names else ""),
@@ -353,9 +350,13 @@ def _record_from_dict(uid: str, value: Any) -> ClaimRecord:
         _mapping(cdi_spec, f"claim {uid[:64]!r} cdiSpec")
     stamp = r.get("cdiSpecStamp")
     if stamp is not None and not (
-        isinstance(stamp, list)
+        type(stamp) is list
         and len(stamp) == _STAMP_FIELDS
-        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in stamp)
+        # what JSON decodes a whole number to, and no bool
+        and type(stamp[0]) is int
+        and type(stamp[1]) is int
+        and type(stamp[2]) is int
+        and min(stamp) >= 0
     ):
         raise CodecError(f"claim {uid[:64]!r} cdiSpecStamp must be three counts")
     metadata = r.get("deviceMetadata", {})
@@ -363,13 +364,13 @@ def _record_from_dict(uid: str, value: Any) -> ClaimRecord:
         _mapping(metadata, f"claim {uid[:64]!r} deviceMetadata")
     if metadata and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise CodecError(f"claim {uid[:64]!r} deviceMetadata must map requests to text")
-    return _made(
+    return construct(
         ClaimRecord,
         uid=uid,
         namespace=_field(r, "namespace", str, None),
         name=_field(r, "name", str, None),
         state=state,
-        devices=tuple(_device_from_dict(d) for d in _field(r, "devices", list, [])),
+        devices=tuple([_device_from_dict(d) for d in _field(r, "devices", list, [])]),
         cdi_spec=cdi_spec,
         cdi_spec_stamp=(stamp[0], stamp[1], stamp[2]) if stamp is not None else None,
         device_metadata=metadata,
