@@ -276,32 +276,22 @@ def test_a_damaged_spec_stamp_is_refused(stamp: object) -> None:
 def test_a_decoded_record_holds_every_field_of_each_class_as_its_constructor_sets_them() -> None:
     """The codec builds records without their ``__init__``: each decoded object has every
     field its class declares, and equals the one the constructor makes."""
-    device = AllocatedDevice(
-        request="gpu",
-        pool="node-a",
-        device="gpu-0",
-        admin_access=True,
-        share_id="share-1",
-        configs=(DeviceConfig(source="class", requests=("gpu",), parameters={"mode": "a"}),),
-        subrequest="large",
-        consumed_capacity={"memory": "4Gi"},
-        tolerations=({"key": "k", "operator": "Exists"},),
-        extra={"newerField": 1},
-    )
     record = ClaimRecord(
         uid="uid-1",
         namespace="default",
         name="claim",
         state=ClaimState.PREPARE_COMPLETED,
         devices=(
+            # Between them every field of a device is set.
             DeviceRecord(
-                device,
+                PREVIOUS_GPU,
                 request_names=("gpu",),
-                config_places=(2,),
-                cdi_device_ids=("gpu.example.com/claim=uid-1-gpu-0",),
+                config_places=(2, 3),
+                cdi_device_ids=("gpu.example.com/claim=uid-1-gpu-1",),
                 external_cdi_ids=("other.example.com/x=y",),
-                state={"index": 0},
+                state={"index": 1},
             ),
+            DeviceRecord(PREVIOUS_NIC, request_names=("nic",), config_places=(0, 2), state={}),
         ),
         cdi_spec={"cdiVersion": "0.5.0", "kind": "gpu.example.com/claim", "devices": []},
         cdi_spec_stamp=(1, 2, 3),
@@ -311,7 +301,8 @@ def test_a_decoded_record_holds_every_field_of_each_class_as_its_constructor_set
         updated_at="2026-12-06T00:00:00Z",
     )
     decoded = codec.decode_record(record.uid, codec.encode_record(record))
-    for made in (decoded, decoded.devices[0], decoded.devices[0].allocated):
+    devices = decoded.devices
+    for made in (decoded, *devices, *(d.allocated for d in devices)):
         assert set(vars(made)) == {f.name for f in dataclasses.fields(made)}, type(made)
     assert decoded == record
     assert dataclasses.replace(decoded, name="other").name == "other"
