@@ -167,8 +167,15 @@ class SimulatedGPUs:
         """Device -> hold, for the devices of ``gpu``'s shard (its lock held)."""
         return _load(self._holds_path(gpu))
 
-    def _store(self, gpu: int, holds: Mapping[str, Mapping[str, Any]]) -> None:
-        """``gpu``'s shard holds ``holds`` (its lock held); its file is removed when empty."""
+    def _put(
+        self, gpu: int, holds: dict[str, dict[str, Any]], device: str, hold: dict[str, Any]
+    ) -> None:
+        """``device``'s hold becomes ``hold`` (gone when empty) in ``holds``, ``gpu``'s shard
+        as read under its lock, which is stored; its file is removed when nothing is held."""
+        if hold:
+            holds[device] = hold
+        else:
+            holds.pop(device, None)
         if holds:
             dralet.atomic_write(self._holds_path(gpu), json.dumps(holds, sort_keys=True).encode())
         else:
@@ -191,7 +198,7 @@ class SimulatedGPUs:
         if name is None:
             raise ValueError(f"not a simulated GPU name: {device!r}")
         with self._lock(name.gpu).hold():
-            self._store(name.gpu, {**self._holds(name.gpu), device: {"claim": claim_uid}})
+            self._put(name.gpu, self._holds(name.gpu), device, {"claim": claim_uid})
 
     def _import_single_file(self) -> None:
         """Take over an earlier release's single ``gpus.json`` (a hold already in a shard
@@ -215,7 +222,7 @@ class SimulatedGPUs:
                 with self._lock(name.gpu).hold():
                     holds = self._holds(name.gpu)
                     if device not in holds:
-                        self._store(name.gpu, {**holds, device: document})
+                        self._put(name.gpu, holds, device, document)
             dralet.remove_file(legacy)
 
     def _name(self, claim: dralet.ClaimRef, device: str) -> DeviceName:
@@ -341,7 +348,7 @@ class SimulatedGPUs:
                 mine = held.setdefault("shares", {}).setdefault(claim.uid, {})
                 if mine.get(device.share_id) != memory:
                     mine[device.share_id] = memory
-                    self._store(name.gpu, {**holds, device.device: held})
+                    self._put(name.gpu, holds, device.device, held)
             else:
                 holder = held.get("claim")
                 if holder and holder != claim.uid and not device.admin_access:
@@ -352,7 +359,7 @@ class SimulatedGPUs:
                 if conflict:
                     raise dralet.ClaimError(claim.uid, conflict)
                 if not device.admin_access and holder != claim.uid:
-                    self._store(name.gpu, {**holds, device.device: {**held, "claim": claim.uid}})
+                    self._put(name.gpu, holds, device.device, {**held, "claim": claim.uid})
         info_dir = self.state_dir / "info" / device.device
         uuid_file = info_dir / "uuid"
         if not uuid_file.exists():  # the UUID never changes: written once
@@ -385,11 +392,7 @@ class SimulatedGPUs:
                 del held["claim"]
             else:
                 return
-            if held:
-                holds[device.device] = held
-            else:
-                del holds[device.device]
-            self._store(name.gpu, holds)
+            self._put(name.gpu, holds, device.device, held)
 
     async def devices_in_use(self) -> Mapping[str, str | Sequence[str]]:
         return await asyncio.to_thread(held_devices, self.state_dir)
